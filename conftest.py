@@ -1,0 +1,11 @@
+"""Pytest set-up shared by every test: 8 virtual CPU devices.
+
+XLA reads this flag once, when jax first initialises its backends, so it is set
+here, before any test module imports jax.
+"""
+import os
+
+_FLAG = '--xla_force_host_platform_device_count=8'
+if _FLAG not in os.environ.get('XLA_FLAGS', ''):
+  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + _FLAG).strip()
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')

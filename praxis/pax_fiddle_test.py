@@ -1,0 +1,130 @@
+"""Tests of pax_fiddle: configs, template and instance fields, building."""
+
+import dataclasses
+
+from absl.testing import absltest
+import fiddle as fdl
+from praxis import pax_fiddle
+from praxis import py_utils
+from praxis import test_utils
+
+
+@dataclasses.dataclass
+class Leaf:
+  x: int = 1
+  y: str = 'a'
+
+
+@dataclasses.dataclass
+class Tree:
+  leaf_tpl: pax_fiddle.Config[Leaf] = pax_fiddle.template_field(Leaf)
+  leaf: Leaf = pax_fiddle.instance_field(Leaf)
+  maybe_tpl: pax_fiddle.Config[Leaf] | None = None
+  tpls: list[pax_fiddle.Config[Leaf]] = dataclasses.field(default_factory=list)
+  size: int = 3
+
+
+class ConfigTest(test_utils.TestCase):
+
+  def test_template_and_instance_defaults_are_configs(self):
+    cfg = pax_fiddle.Config(Tree)
+    self.assertIsInstance(cfg.leaf_tpl, pax_fiddle.Config)
+    self.assertIsInstance(cfg.leaf, pax_fiddle.Config)
+    cfg.leaf_tpl.x = 5
+    cfg.leaf.y = 'b'
+    tree = pax_fiddle.build(cfg)
+    # The template stays a config; the instance field is built.
+    self.assertIsInstance(tree.leaf_tpl, pax_fiddle.Config)
+    self.assertEqual(tree.leaf_tpl.x, 5)
+    self.assertEqual(tree.leaf, Leaf(x=1, y='b'))
+
+  def test_annotated_template_without_template_field(self):
+    cfg = pax_fiddle.Config(Tree, maybe_tpl=pax_fiddle.Config(Leaf, x=9),
+                            tpls=[pax_fiddle.Config(Leaf, x=i) for i in (1, 2)])
+    tree = pax_fiddle.instantiate(cfg)
+    self.assertIsInstance(tree.maybe_tpl, pax_fiddle.Config)
+    self.assertEqual(tree.maybe_tpl.x, 9)
+    self.assertEqual([t.x for t in tree.tpls], [1, 2])
+    self.assertTrue(all(isinstance(t, pax_fiddle.Config) for t in tree.tpls))
+
+  def test_build_does_not_change_or_share_the_config(self):
+    cfg = pax_fiddle.Config(Tree)
+    tree = pax_fiddle.build(cfg)
+    tree.leaf_tpl.x = 100
+    self.assertEqual(cfg.leaf_tpl.x, 1)
+
+  def test_clone_set_and_cls(self):
+    cfg = pax_fiddle.Config(Leaf, x=2)
+    clone = cfg.clone().set(x=3).Set(y='z')
+    self.assertEqual((cfg.x, clone.x, clone.y), (2, 3, 'z'))
+    self.assertIs(clone.cls, Leaf)
+
+    @dataclasses.dataclass
+    class Other(Leaf):
+      z: float = 0.5
+
+    clone.cls = Other
+    self.assertEqual(clone.Instantiate(), Other(x=3, y='z', z=0.5))
+    self.assertEqual(cfg.Instantiate(y='q'), Leaf(x=2, y='q'))
+    self.assertEqual(cfg.y, 'a')  # Instantiate's overrides don't stick.
+
+  def test_unknown_attribute_raises_at_once(self):
+    cfg = pax_fiddle.Config(Leaf)
+    with self.assertRaisesRegex(AttributeError, "Leaf has no field 'xx'"):
+      cfg.xx = 1
+
+  def test_copy_fields_from(self):
+    src = pax_fiddle.Config(Leaf, x=7, y='s')
+    dst = pax_fiddle.Config(Leaf)
+    dst.copy_fields_from(src)
+    self.assertEqual((dst.x, dst.y), (7, 's'))
+
+    @dataclasses.dataclass
+    class Small:
+      x: int = 0
+
+    small = pax_fiddle.Config(Small)
+    with self.assertRaisesRegex(ValueError, "no field 'y'"):
+      small.copy_fields_from(src)
+    small.copy_fields_from(src, missing_fields_in_self=('y',))
+    self.assertEqual(small.x, 7)
+
+  def test_partial(self):
+    part = pax_fiddle.build(pax_fiddle.Partial(Leaf, x=4))
+    self.assertEqual(part(y='w'), Leaf(x=4, y='w'))
+
+  def test_nested_map_inside_config_is_built(self):
+    cfg = pax_fiddle.Config(
+        Leaf, y=py_utils.NestedMap(a=pax_fiddle.Config(Leaf, x=8)))
+    built = pax_fiddle.build(cfg)
+    self.assertIsInstance(built.y, py_utils.NestedMap)
+    self.assertEqual(built.y.a, Leaf(x=8))
+
+  def test_do_not_build_tag(self):
+    cfg = pax_fiddle.Config(Leaf)
+    cfg.y = pax_fiddle.Config(Leaf, x=3)
+    fdl.add_tag(cfg, 'y', pax_fiddle.DoNotBuild)
+    self.assertIsInstance(pax_fiddle.build(cfg).y, pax_fiddle.Config)
+
+  def test_auto_config_makes_pax_configs(self):
+
+    @pax_fiddle.auto_config
+    def make():
+      return Tree(leaf=Leaf(x=2), size=4)
+
+    cfg = make.as_buildable()
+    self.assertIsInstance(cfg, pax_fiddle.Config)
+    self.assertEqual(pax_fiddle.build(cfg).leaf, Leaf(x=2))
+
+  def test_required_field(self):
+
+    @dataclasses.dataclass
+    class Needs:
+      n: int
+
+    with self.assertRaisesRegex(ValueError, "Needs: required field 'n'"):
+      pax_fiddle.build(pax_fiddle.Config(Needs))
+
+
+if __name__ == '__main__':
+  absltest.main()
