@@ -1,0 +1,112 @@
+"""Tests of the activations (vs numpy formulas) and praxis.layers re-exports."""
+
+import math
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax.numpy as jnp
+import numpy as np
+from praxis import base_layer
+from praxis import layers
+from praxis import pax_fiddle
+from praxis import test_utils
+from praxis.layers import activations
+
+
+def np_sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+def np_gelu_tanh(x):
+  return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) *
+                                  (x + 0.044715 * x**3)))
+
+
+def np_gelu_erf(x):
+  erf = np.vectorize(math.erf)
+  return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+
+
+_CASES = (
+    ('ReLU', {}, lambda x: np.maximum(x, 0.0)),
+    ('ReLU6', {}, lambda x: np.minimum(np.maximum(x, 0.0), 6.0)),
+    ('SquaredReLU', {}, lambda x: np.maximum(x, 0.0)**2),
+    ('CubedReLU', {}, lambda x: np.maximum(x, 0.0)**3),
+    ('LeakyReLU', {'negative_slope': 0.2},
+     lambda x: np.where(x >= 0, x, 0.2 * x)),
+    ('Sigmoid', {}, np_sigmoid),
+    ('Tanh', {}, np.tanh),
+    ('GELU', {}, np_gelu_tanh),
+    ('GELU', {'approximate': False}, np_gelu_erf),
+    ('SiLU', {}, lambda x: x * np_sigmoid(x)),
+    ('Swish', {}, lambda x: x * np_sigmoid(x)),
+    ('Softplus', {}, lambda x: np.log1p(np.exp(x))),
+    ('Exp', {}, np.exp),
+    ('Identity', {}, lambda x: x),
+)
+
+
+class ActivationsTest(test_utils.TestCase):
+
+  @parameterized.parameters(*_CASES)
+  def test_matches_numpy(self, name, fields, reference):
+    cls = getattr(activations, name)
+    layer = base_layer.instantiate(
+        pax_fiddle.Config(cls, name='act', **fields))
+    # Values either side of every kink (0, 6) and in the tails.
+    x = np.array([-7.0, -2.5, -0.3, 0.0, 0.4, 1.7, 5.9, 6.0, 8.0],
+                 np.float32)
+    y, variables = test_utils.init_and_apply(layer, x)
+    self.assertEqual(variables, {})
+    self.assertAllClose(y, reference(x.astype(np.float64)), atol=1e-5,
+                        rtol=1e-5)
+
+  def test_base_activation_is_abstract(self):
+    layer = base_layer.instantiate(
+        pax_fiddle.Config(activations.BaseActivation, name='act'))
+    with self.assertRaises(NotImplementedError):
+      layer.apply({}, jnp.ones(2))
+
+
+class LayersPackageTest(test_utils.TestCase):
+
+  def test_reexports(self):
+    self.assertIs(layers.ReLU, activations.ReLU)
+    self.assertIs(layers.GELU, activations.GELU)
+    self.assertIs(layers.Identity, activations.Identity)
+    for name in ('Linear', 'Bias', 'FeedForward', 'MLPBlock',
+                 'project_last_dim', 'Dropout', 'StochasticResidual',
+                 'Sequential', 'Einsum', 'EinsumOp', 'ArrayLookup'):
+      self.assertTrue(hasattr(layers, name), name)
+
+  def test_missing_name_is_skipped_with_a_warning(self):
+    namespace = {}
+    with self.assertLogs('absl', level='WARNING') as logs:
+      copied = layers._reexport(
+          namespace, 'activations', ('Tanh', 'NoSuchLayer'))
+    self.assertEqual(copied, ['Tanh'])
+    self.assertEqual(namespace, {'Tanh': activations.Tanh})
+    self.assertIn('NoSuchLayer', logs.output[0])
+
+  def test_broken_module_is_skipped_with_a_warning(self):
+    namespace = {}
+    broken = mock.patch.object(
+        layers.importlib, 'import_module',
+        side_effect=RuntimeError('half-written module'))
+    with broken, self.assertLogs('absl', level='WARNING') as logs:
+      copied = layers._reexport(namespace, 'normalizations',
+                                    ('LayerNorm',))
+    self.assertEqual((copied, namespace), ([], {}))
+    self.assertIn('half-written module', logs.output[0])
+
+  def test_absent_module_is_skipped(self):
+    namespace = {}
+    with self.assertLogs('absl', level='WARNING') as logs:
+      copied = layers._reexport(namespace, 'no_such_module', ('X',))
+    self.assertEqual((copied, namespace), ([], {}))
+    self.assertIn('does not exist', logs.output[0])
+
+
+if __name__ == '__main__':
+  absltest.main()
