@@ -10,8 +10,9 @@ transformers, convolutions, poolings, ResNets, models and the rest.
 
 The modules in `_OPTIONAL` are re-exported only if they import and define the
 name, so `from praxis import layers` keeps working while one of them is
-missing or broken; each such gap is logged (absl, warning level) and
-importing the module directly still raises the real error.
+missing or broken: an absent module or name is logged at info level, a module
+that fails to import at warning level, and importing the module directly still
+raises the real error.
 """
 
 import importlib
@@ -130,7 +131,6 @@ _OPTIONAL = {
 
 # Modules this project may never provide: their absence is logged at info
 # level only. A missing module not listed here is a gap worth a warning.
-_MAY_BE_ABSENT = frozenset({'checkpoint_policy', 'pipeline', 'repeats'})
 
 
 def _reexport(
@@ -151,9 +151,8 @@ def _reexport(
     module = importlib.import_module(full_name)
   except ModuleNotFoundError as e:
     if e.name == full_name:
-      log = logging.info if module_name in _MAY_BE_ABSENT else logging.warning
-      log('praxis.layers: %s does not exist; %s not re-exported.',
-          full_name, ', '.join(names))
+      logging.info('praxis.layers: %s does not exist; %s not re-exported.',
+                   full_name, ', '.join(names))
       return []
     logging.warning('praxis.layers: importing %s failed (%r); %s not '
                     're-exported.', full_name, e, ', '.join(names))
@@ -165,8 +164,8 @@ def _reexport(
   copied = [n for n in names if hasattr(module, n)]
   missing = [n for n in names if n not in copied]
   if missing:
-    logging.warning('praxis.layers: %s does not define %s; not re-exported.',
-                    full_name, ', '.join(missing))
+    logging.info('praxis.layers: %s does not define %s; not re-exported.',
+                 full_name, ', '.join(missing))
   for n in copied:
     namespace[n] = getattr(module, n)
   return copied
