@@ -464,10 +464,14 @@ def build_with_empty_flax_module_stack(root: Any) -> Any:
     The built object.
   """
   if not isinstance(root, fdl.Buildable):
+    if not _contains_buildable(root):
+      return root
     with empty_flax_module_stack():
       return fdl.build(root)
-  with empty_flax_module_stack():
-    arguments = fdl.build(dict(root.__arguments__)) if root.__arguments__ else {}
+  arguments = dict(root.__arguments__)
+  if _contains_buildable(arguments):
+    with empty_flax_module_stack():
+      arguments = fdl.build(arguments)
   args, kwargs = root.__signature_info__.transform_to_args_kwargs(arguments)
   try:
     return root.__build__(*args, **kwargs)
