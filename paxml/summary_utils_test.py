@@ -1,0 +1,168 @@
+"""Tests of summary_utils.py: events are read back with TensorBoard itself."""
+
+import importlib.util
+import io
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from jax import numpy as jnp
+import numpy as np
+from paxml import summary_utils
+from PIL import Image
+from praxis import test_utils
+from tensorboard.backend.event_processing import event_accumulator
+
+_HAS_SOUNDFILE = importlib.util.find_spec('soundfile') is not None
+
+
+def _read(writer, logdir):
+  """Closes `writer` (which writes every queued event) and reads `logdir`."""
+  writer.close()
+  guidance = {k: 0 for k in event_accumulator.DEFAULT_SIZE_GUIDANCE}
+  acc = event_accumulator.EventAccumulator(logdir, size_guidance=guidance)
+  acc.Reload()
+  return acc
+
+
+def _scalars(acc):
+  """tag -> [(step, value)] for every scalar tag."""
+  return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
+          for tag in acc.Tags()['scalars']}
+
+
+class SummaryUtilsTest(test_utils.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.logdir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.logdir, ignore_errors=True)
+
+  def _writer(self):
+    writer = summary_utils.get_summary_writer(self.logdir)
+    self.addCleanup(writer.close)
+    return writer
+
+  def test_flatten_summary_dict(self):
+    got = summary_utils.flatten_summary_dict(
+        {'a': {'b': {'c_scalar': 1}, 'd_image': 2}, 'e_text': 3})
+    self.assertEqual(got, [('a/b/c_scalar', 1), ('a/d_image', 2),
+                           ('e_text', 3)])
+
+  def test_write_summary_entry(self):
+    writer = self._writer()
+    img0 = self.rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+    img1 = self.rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+    hist = self.rng.standard_normal(50).astype(np.float32)
+    summary_utils.write_summary_entry(
+        writer, 10,
+        loss=jnp.array([1.0, 3.0]),
+        weighted_scalars={
+            'acc': (jnp.array(0.5), jnp.array(4.0)),
+            'err': [(np.array([1.0, 2.0]), np.array([1.0, 3.0])),
+                    (np.array(3.0), np.array(4.0))],
+        },
+        summary_tensors={'lm': {
+            'x_scalar': jnp.array(1.5, jnp.bfloat16),
+            'pic_image': np.stack([img0, img1]),
+            'w_histogram': hist,
+            'note_text': 'hello',
+            'mean_aggregate_scalar': [np.array(1.0), np.array(2.0)],
+        }},
+        steps_per_sec=2.5)
+    acc = _read(writer, self.logdir)
+    # err: (1*1 + 2*3 + 3*4) / (1 + 3 + 4) = 19 / 8.
+    self.assertEqual(_scalars(acc), {
+        'loss': [(10, 2.0)],
+        'Steps/sec': [(10, 2.5)],
+        'Metrics/acc': [(10, 0.5)],
+        'Metrics/acc-weight': [(10, 4.0)],
+        'Metrics/err': [(10, 2.375)],
+        'Metrics/err-weight': [(10, 8.0)],
+        'lm/x': [(10, 1.5)],
+        'lm/mean': [(10, 1.5)],
+    })
+    (image,) = acc.Images('lm/pic')
+    self.assertEqual((image.step, image.height, image.width), (10, 4, 10))
+    pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)))
+    # Two images side by side, unchanged (uint8 is written as is).
+    self.assertArraysEqual(pixels, np.concatenate([img0, img1], axis=1))
+    (h,) = acc.Histograms('lm/w')
+    self.assertEqual(h.step, 10)
+    self.assertEqual(h.histogram_value.num, 50)
+    self.assertAllClose(
+        [h.histogram_value.min, h.histogram_value.max,
+         h.histogram_value.sum, h.histogram_value.sum_squares],
+        [hist.min(), hist.max(), hist.sum(), np.sum(hist**2)], atol=1e-4)
+    (text,) = acc.Tensors('lm/note/text_summary')
+    self.assertEqual(text.tensor_proto.string_val, [b'hello'])
+
+  def test_write_text(self):
+    writer = self._writer()
+    summary_utils.write_text(writer, 0, 'Total Num Params', '1 234 567')
+    acc = _read(writer, self.logdir)
+    (event,) = acc.Tensors('Total Num Params/text_summary')
+    self.assertEqual((event.step, event.tensor_proto.string_val),
+                     (0, [b'1 234 567']))
+
+  def test_disabled_writer_writes_nothing(self):
+    with summary_utils.get_summary_writer(
+        self.logdir, enable_summary_writer=False) as writer:
+      summary_utils.write_summary_entry(
+          writer, 1, 1.0, {'m': (1.0, 1.0)}, {'x_scalar': 1.0})
+      summary_utils.write_text(writer, 0, 'Model', 'text')
+    self.assertEqual(os.listdir(self.logdir), [])
+
+  @parameterized.parameters(
+      (None, False, {4: 4.0, 8: 8.0}, {4: 4.0, 8: 8.0}),
+      # Steps 2 and 4, then 6 and 8: metric (2*2 + 4*4) / (2 + 4) = 20 / 6.
+      (2, False, {4: 3.0, 8: 7.0}, {4: 20 / 6, 8: (36 + 64) / 14}),
+      (2, True, {4: 3.0, 8: 7.0}, {4: 20 / 6, 8: (36 + 64) / 14}),
+  )
+  def test_summary_handler(self, accumulate, is_async, losses, metrics):
+    writer = self._writer()
+    handler = summary_utils.SummaryHandler(
+        writer, write_interval_steps=4, accumulate_interval_steps=accumulate,
+        log_interval_steps=4, is_async=is_async, name='train')
+    wrote = []
+    for step in range(1, 10):
+      value = jnp.array(float(step))
+      if handler.process(step, value, {'m': (value, value)},
+                         {'s_scalar': value * 10}, steps_per_sec=step):
+        wrote.append(step)
+    handler.close()
+    self.assertEqual(wrote, [4, 8])
+    got = _scalars(_read(writer, self.logdir))
+    self.assertEqual(dict(got['loss']), losses)
+    self.assertEqual(dict(got['Steps/sec']), losses)
+    self.assertEqual(dict(got['s']), {k: v * 10 for k, v in losses.items()})
+    self.assertAllClose(dict(got['Metrics/m']), metrics)
+
+  def test_errors(self):
+    writer = self._writer()
+    with self.assertRaisesRegex(ValueError, "'bad' must be a .value, weight"):
+      summary_utils.write_summary_entry(writer, 1, 1.0, {'bad': (1, 2, 3)}, {})
+    with self.assertRaisesRegex(ValueError, 'no summary type suffix'):
+      summary_utils.write_summary_entry(writer, 1, 1.0, {}, {'x': 1.0})
+    with self.assertRaisesRegex(ValueError,
+                                "'eval': accumulate_interval_steps must be"):
+      summary_utils.SummaryHandler(writer, 10, accumulate_interval_steps=0,
+                                   name='eval')
+
+  @absltest.skipIf(_HAS_SOUNDFILE, 'soundfile is installed')
+  def test_audio_and_video_are_skipped_without_breaking_the_entry(self):
+    writer = self._writer()
+    summary_utils.write_summary_entry(
+        writer, 3, 1.0, {},
+        {'a_audio': np.zeros((1, 8, 1), np.float32),
+         'v_video': np.zeros((1, 2, 4, 4, 3), np.uint8),
+         'x_scalar': 4.0})
+    acc = _read(writer, self.logdir)
+    self.assertEqual(acc.Tags()['audio'], [])
+    self.assertEqual(_scalars(acc), {'loss': [(3, 1.0)], 'x': [(3, 4.0)]})
+
+
+if __name__ == '__main__':
+  absltest.main()
