@@ -384,8 +384,23 @@ def _contains_buildable(value: Any) -> bool:
 
 
 def wrap_templates(root: Any) -> Any:
-  """Returns a copy of `root` whose template arguments build to themselves."""
-  root = copy.deepcopy(root)
+  """Returns a copy of `root` whose template arguments build to themselves.
+
+  Configs and containers are copied; other objects passed as arguments (e.g.
+  an already built model) are shared, not copied.
+
+  Args:
+    root: A config tree.
+
+  Returns:
+    The copy.
+  """
+  memo = {
+      id(value): value
+      for value, _ in daglish.iterate(root)
+      if not isinstance(value, (fdl.Buildable, list, tuple, dict))
+  }
+  root = copy.deepcopy(root, memo)
 
   def visit(value: Any, state: daglish.State) -> Any:
     if isinstance(value, fdl.Buildable):

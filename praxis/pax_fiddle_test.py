@@ -116,6 +116,11 @@ class ConfigTest(test_utils.TestCase):
     self.assertIsInstance(cfg, pax_fiddle.Config)
     self.assertEqual(pax_fiddle.build(cfg).leaf, Leaf(x=2))
 
+  def test_objects_passed_as_arguments_are_shared(self):
+    leaf = Leaf(x=5)
+    tree = pax_fiddle.instantiate(pax_fiddle.Config(Tree), leaf=leaf)
+    self.assertIs(tree.leaf, leaf)
+
   def test_required_field(self):
 
     @dataclasses.dataclass

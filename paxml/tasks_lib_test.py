@@ -1,0 +1,331 @@
+"""Tests of paxml.tasks_lib: configs, states, sharding, noise, legacy style."""
+
+import functools
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from paxml import tasks_lib
+from paxml import trainer_lib
+from praxis import base_hyperparams
+from praxis import base_layer
+from praxis import base_model
+from praxis import optimizers
+from praxis import pax_fiddle
+from praxis import py_utils
+from praxis import schedules
+from praxis import test_utils
+
+NestedMap = py_utils.NestedMap
+PartitionSpec = jax.sharding.PartitionSpec
+WeightHParams = base_layer.WeightHParams
+instantiate = base_hyperparams.instantiate
+
+
+class Linear(base_model.BaseModel):
+  """y_hat = x @ w + b (w sharded by `weight_split_dims_mapping.wt`), MSE.
+
+  Also a non-trainable `count` and, with `uneven`, a [3, 8] variable split
+  over the 'data' axis.
+  """
+
+  uneven: bool = False
+
+  def setup(self):
+    self.create_variable('w', WeightHParams(
+        shape=[4, 8], init=base_layer.WeightInit.Gaussian(0.3),
+        mesh_shape=self.mesh_shape,
+        tensor_split_dims_mapping=self.weight_split_dims_mapping.wt))
+    self.create_variable('b', WeightHParams(
+        shape=[8], init=base_layer.WeightInit.Constant(0.0)))
+    self.create_variable('count', WeightHParams(
+        shape=[], init=base_layer.WeightInit.Constant(0.0)), trainable=False)
+    if self.uneven:
+      self.create_variable('u', WeightHParams(
+          shape=[3, 8], mesh_shape=self.mesh_shape,
+          tensor_split_dims_mapping=['data', -1]))
+
+  def compute_predictions(self, input_batch):
+    return input_batch.x @ self.theta.w + self.theta.b
+
+  def compute_loss(self, predictions, input_batch):
+    loss = jnp.mean(jnp.square(predictions - input_batch.y))
+    return {'mse': (loss, jnp.array(1.0))}, {}
+
+
+def _task_p(name='task', **model_kwargs):
+  task_p = tasks_lib.SingleTask.HParams(name=name)
+  task_p.model = pax_fiddle.Config(Linear, name='linear', **model_kwargs)
+  task_p.train.learner.loss_name = 'mse'
+  task_p.train.learner.optimizer = optimizers.Adam.HParams(learning_rate=0.1)
+  return task_p
+
+
+def _batch(rng, n=4):
+  x = rng.normal(size=(n, 4)).astype(np.float32)
+  return NestedMap(x=x, y=(x.sum(-1, keepdims=True) * np.ones(8)).astype(
+      np.float32))
+
+
+def _np_vars(hps, rng):
+  return jax.tree.map(
+      lambda hp: rng.normal(size=hp.full_shape).astype(np.float32), hps,
+      is_leaf=lambda x: isinstance(x, WeightHParams))
+
+
+def _adam_state(tree):
+  is_adam = lambda n: isinstance(n, optax.ScaleByAdamState)
+  return next(x for x in jax.tree.leaves(tree, is_leaf=is_adam)
+              if is_adam(x))
+
+
+class ConfigTest(test_utils.TestCase):
+
+  def test_defaults_follow_pax(self):
+    task = instantiate(_task_p())
+    train = task.train
+    self.assertEqual(train.num_train_steps, 1e7)
+    self.assertEqual(train.save_interval_steps, 5000)
+    self.assertEqual(train.save_keep_interval_duration, '12h')
+    self.assertEqual(train.eval_interval_steps, 100)
+    self.assertEqual(train.random_seed, 1234)
+    self.assertEqual(train.init_from_checkpoint_rules, {})
+    self.assertEqual(train.apply_mutable_list,
+                     ['aux_loss', 'summaries', 'non_trainable', 'batch_stats',
+                      'params_axes'])
+    self.assertEqual(task.evaluate.apply_mutable_list,
+                     ['aux_loss', 'summaries', 'non_trainable'])
+    self.assertEqual(task.decode.apply_mutable_list,
+                     ['decoder_cache', 'summaries'])
+    self.assertEqual(task.decode.metrics_prefix, 'Metrics/')
+    self.assertEqual((task.vn.vn_scale, task.vn.vn_regex,
+                      task.vn.vn_start_step), (0.0, '', 0))
+    self.assertEqual(task.summary_verbosity, 3)
+    self.assertEqual(task.infer.random_seed, 1234)
+    learner = task.learners[0]
+    self.assertEqual(learner.name, 'learner_0')
+    self.assertEqual(learner.bprop_variable_exclusion, [])
+    self.assertTrue(learner.vectorize_on_repeat_prefix)
+    self.assertEqual(learner.repeat_prefix_sep, '#')
+    self.assertIsInstance(task.metrics_aggregator,
+                          tasks_lib.base_metrics.MeanMetrics)
+    self.assertEqual(task.loss_aggregator_inst.loss_key, 'mse')
+    self.assertFalse(task.has_ema_decay)
+    self.assertIsInstance(tasks_lib.SingleTask.TrainHParams(),
+                          pax_fiddle.Config)
+    self.assertEqual(
+        tasks_lib.SingleTask.VariationalNoiseHParams(vn_scale=1.0).vn_scale,
+        1.0)
+
+  def test_bad_configs_name_the_field(self):
+    with self.assertRaisesRegex(ValueError, '`name`'):
+      instantiate(_task_p(name=''))
+    task_p = _task_p()
+    task_p.train.learner.loss_name = None
+    with self.assertRaisesRegex(ValueError, 'loss_name'):
+      instantiate(task_p)
+    task_p = _task_p()
+    task_p.loss_aggregator = pax_fiddle.Config(
+        tasks_lib.base_metrics.LossAggregator, loss_key='mse')
+    with self.assertRaisesRegex(ValueError, 'loss_name must be None'):
+      instantiate(task_p)
+    task_p = _task_p()
+    task_p.model = None
+    with self.assertRaisesRegex(ValueError, '`model`'):
+      instantiate(task_p)
+    task_p = _task_p()
+    task_p.train.learner.optimizer = None
+    with self.assertRaisesRegex(ValueError, '`optimizer`'):
+      instantiate(task_p)
+
+
+class TrainStateTest(test_utils.TestCase):
+
+  def test_excluded_and_non_trainable_vars_have_no_opt_state(self):
+    task_p = _task_p()
+    task_p.train.learner.bprop_variable_inclusion = ['params/w']
+    task = instantiate(task_p)
+    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    state = task.create_train_state(_np_vars(hps, self.rng), hps)
+    self.assertEqual(int(state.step), 0)
+    adam = _adam_state(state.opt_states)
+    self.assertEqual(adam.mu['params']['w'].shape, (4, 8))
+    self.assertIsInstance(adam.mu['params']['b'], py_utils.BpropMaskedNode)
+    self.assertIsInstance(adam.mu['non_trainable']['count'],
+                          py_utils.BpropMaskedNode)
+    grad_mask, opt_mask = trainer_lib.get_excluded_var_masks(
+        hps, task.learners[0])
+    self.assertEqual(grad_mask, {'params': {'w': False, 'b': True},
+                                 'non_trainable': {'count': True}})
+    self.assertEqual(opt_mask, grad_mask)
+    eval_state = state.to_eval_state()
+    self.assertEqual(eval_state.opt_states, [])
+
+  def test_ema_covers_non_trainable_vars_and_is_extracted(self):
+    task_p = _task_p()
+    task_p.train.learner.optimizer.ema_decay = 0.5
+    task_p.train.learner.bprop_variable_exclusion = 'params/b'
+    task = instantiate(task_p)
+    self.assertTrue(task.has_ema_decay)
+    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    _, opt_mask = trainer_lib.get_excluded_var_masks(hps, task.learners[0])
+    self.assertEqual(opt_mask, {'params': {'w': False, 'b': True},
+                                'non_trainable': {'count': False}})
+    variables = _np_vars(hps, self.rng)
+    state = task.create_train_state(variables, hps)
+    ema = tasks_lib.extract_ema(state)
+    # b has no EMA (excluded): extract_ema takes its current value.
+    self.assertAllClose(ema.mdl_vars, variables)
+    self.assertEqual(ema.opt_states, [])
+
+
+  def test_extract_ema_merges_stacked_variable_groups(self):
+    task_p = _task_p()
+    task_p.train.learner.optimizer.ema_decay = 0.5
+    learner = instantiate(task_p).learners[0]
+    hps = {'params': {'w': WeightHParams(shape=[4], repeat_prefix=[2]),
+                      'b': WeightHParams(shape=[3], repeat_prefix=[5])}}
+    variables = _np_vars(hps, self.rng)
+    state = tasks_lib.create_state(variables, hps, False, [learner])
+    self.assertTrue(tasks_lib.is_vectorized(state))
+    self.assertEqual(set(state.opt_states[0]),
+                     {'no_prefix', 'p#2#i-1', 'p#5#i-1'})
+    self.assertAllClose(tasks_lib.extract_ema(state).mdl_vars, variables)
+
+
+class PartitionSpecTest(test_utils.TestCase):
+
+  def _specs(self, mesh, discard=False, **model_kwargs):
+    task_p = _task_p(**model_kwargs)
+    task_p.train.learner.optimizer.ema_decay = 0.9
+    if mesh:
+      task_p.model.ici_mesh_shape = [1, 2, 4]
+      task_p.model.mesh_axis_names = ['replica', 'data', 'mdl']
+      task_p.model.weight_split_dims_mapping.wt = [1, 2]
+    task = instantiate(task_p)
+    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    return task, hps, task.create_train_state_partition_specs(hps, discard)
+
+  def test_annotated_weights_and_adam_moments(self):
+    task, hps, specs = self._specs(mesh=True)
+    w_spec = PartitionSpec('data', 'mdl')
+    self.assertEqual(specs.mdl_vars['params']['w'], w_spec)
+    self.assertEqual(specs.mdl_vars['params']['b'], PartitionSpec(None))
+    self.assertEqual(specs.step, PartitionSpec())
+    adam = _adam_state(specs.opt_states)
+    self.assertEqual(adam.mu['params']['w'], w_spec)
+    self.assertEqual(adam.nu['params']['w'], w_spec)
+    self.assertEqual(adam.count, PartitionSpec())
+    ema = tasks_lib.optimizers.extract_ema(specs.opt_states[0])
+    self.assertEqual(ema['params']['w'], w_spec)
+
+    # The specs match the state leaf for leaf and shard it on 8 devices.
+    shapes = task.create_train_state_unpadded_shapes(hps)
+    self.assertEqual(jax.tree.structure(specs), jax.tree.structure(shapes))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(1, 2, 4),
+                             ('replica', 'data', 'mdl'))
+    state = task.create_train_state(_np_vars(hps, self.rng), hps)
+    placed = jax.device_put(state, jax.tree.map(
+        lambda s: jax.sharding.NamedSharding(mesh, s), specs))
+    w = placed.mdl_vars['params']['w']
+    self.assertEqual(w.sharding.shard_shape(w.shape), (2, 2))
+
+  def test_without_mesh_everything_is_replicated(self):
+    _, _, specs = self._specs(mesh=False)
+    leaves = jax.tree.leaves(specs)
+    self.assertNotEmpty(leaves)
+    self.assertTrue(all(s == PartitionSpec() for s in leaves))
+    _, _, specs = self._specs(mesh=False, discard=True)
+    self.assertEqual(specs.opt_states, [])
+
+  def test_uneven_dims_are_padded(self):
+    task, hps, _ = self._specs(mesh=True, uneven=True)
+    padded = task.create_train_state_padded_shapes(hps)
+    unpadded = task.create_train_state_unpadded_shapes(hps)
+    self.assertEqual(unpadded.mdl_vars['params']['u'].shape, (3, 8))
+    self.assertEqual(padded.mdl_vars['params']['u'].shape, (4, 8))
+    self.assertEqual(padded.mdl_vars['params']['w'].shape, (4, 8))
+
+
+class VariationalNoiseTest(test_utils.TestCase):
+
+  def test_noise_only_from_start_step_on_matching_vars(self):
+    task_p = _task_p()
+    task_p.vn.vn_scale = 0.5
+    task_p.vn.vn_regex = 'params/w'
+    task_p.vn.vn_start_step = 2
+    task_p.model.uneven = True  # Adds params/u, which must stay clean.
+    task = instantiate(task_p)
+    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    variables = _np_vars(hps, self.rng)
+    variables['params']['w'] = np.zeros((4, 8), np.float32)
+
+    @jax.jit
+    @jax.vmap
+    def adjust(step):
+      return task.maybe_adjust_train_state(step, variables, hps,
+                                           jax.random.PRNGKey(3))
+
+    stacked = adjust(jnp.array([1, 2, 5], jnp.uint32))
+    before, at, after = (jax.tree.map(lambda a, i=i: a[i], stacked)
+                         for i in range(3))
+    self.assertArraysEqual(before, variables)
+    for noisy in (at, after):
+      for path in (('params', 'b'), ('params', 'u'),
+                   ('non_trainable', 'count')):
+        self.assertArraysEqual(noisy[path[0]][path[1]],
+                               variables[path[0]][path[1]])
+      noise = np.asarray(noisy['params']['w'])
+      self.assertGreater(np.abs(noise).min(), 0.0)
+      self.assertBetween(noise.std(), 0.35, 0.65)  # vn_scale 0.5, 32 draws.
+
+  def test_regex_matching_nothing_fails(self):
+    task_p = _task_p()
+    task_p.vn.vn_scale = 0.5
+    task_p.vn.vn_regex = 'decoder/.*'
+    task = instantiate(task_p)
+    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    with self.assertRaisesRegex(ValueError, 'vn_regex'):
+      task.maybe_adjust_train_state(0, _np_vars(hps, self.rng), hps,
+                                    jax.random.PRNGKey(0))
+
+
+class LegacyStyleTest(test_utils.TestCase):
+
+  def test_old_hparams_style_builds_and_trains(self):
+    # As in the Pax 101 tutorial (with a short warm-up).
+    task_p = tasks_lib.SingleTask.HParams(name='translation')
+    task_p.model = Linear.HParams(name='linear')
+    learner_p = task_p.train.learner
+    learner_p.loss_name = 'mse'
+    learner_p.optimizer = optimizers.Adam.HParams(
+        beta1=0.9, beta2=0.98, epsilon=1e-9, clip_gradient_norm_to_value=5.0,
+        learning_rate=1.0)
+    learner_p.optimizer.lr_schedule = schedules.Transformer.HParams(
+        warmup_steps=5, model_dim=16)
+    jax_task = instantiate(task_p)
+    self.assertIsInstance(jax_task, tasks_lib.SingleTask)
+
+    batch = _batch(self.rng, n=8)
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                          batch)
+    step = functools.partial(trainer_lib.train_step_single_learner, jax_task)
+
+    @jax.jit
+    def train(key):
+      state, _ = trainer_lib.initialize_model_state(jax_task, key, shapes)
+
+      def body(state, _):
+        state, out = step(state, key, batch)
+        return state, out.loss
+
+      return jax.lax.scan(body, state, None, length=20)[1]
+
+    losses = np.asarray(train(jax.random.PRNGKey(0)))
+    self.assertLess(losses[-1], 0.5 * losses[0])
+
+
+if __name__ == '__main__':
+  absltest.main()

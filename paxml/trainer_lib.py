@@ -1,0 +1,553 @@
+"""The step functions of Pax: initialise, train, evaluate and decode.
+
+Public names: StepFnOutput, BaseStepFnStaticArgs, TrainStateMetadata,
+create_train_state_metadata, initialize_model_state, get_excluded_var_masks,
+train_step_single_learner, eval_step_single_learner, decode_step,
+decode_step_for_partitioner.
+
+Everything here is pure: no I/O and no `jax.jit`. The partitioner compiles
+each step once over the global mesh; values are global, so nothing is
+reduced across devices here. A step has the signature
+`(task, state, prng_key, inputs, fprop_dtype, var_weight_hparams,
+static_args) -> (new state or None, StepFnOutput)`:
+
+  state, _ = trainer_lib.initialize_model_state(task, key, input_shapes)
+  step = jax.jit(functools.partial(trainer_lib.train_step_single_learner,
+                                   task))
+  state, out = step(state, key, batch)  # out.loss, out.summary_tensors, ...
+
+One training step: fold the step into the key; add variational noise; run
+the model (`__call__`) with the train mutable collections; take the loss
+from the task's loss aggregator; differentiate it w.r.t. the trainable
+variables the learner does not exclude; let the learner update them (and
+its optimizer state, EMA included); write back the non-trainable variables
+the model updated. Summaries are the model's plus the learner's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from flax import struct
+import jax
+import jax.numpy as jnp
+from paxml import learners as learners_lib
+from paxml import sgf
+from paxml import tasks_lib
+from paxml import train_states
+from praxis import base_layer
+from praxis import base_model
+from praxis import py_utils
+from praxis import trees
+
+NestedMap = py_utils.NestedMap
+TrainState = train_states.TrainState
+TrainStateProvenance = train_states.TrainStateProvenance
+PARAMS = base_layer.PARAMS
+RANDOM = base_layer.RANDOM
+NON_PAX_RNG_KEY = base_layer.NON_PAX_RNG_KEY
+NON_TRAINABLE = base_layer.NON_TRAINABLE
+SUMMARIES = base_layer.SUMMARIES
+DECODE_CACHE = base_layer.DECODE_CACHE
+_UPDATED_COLLECTIONS = [NON_TRAINABLE] + base_layer.NON_PAX_VAR_COLLECTION
+
+
+@struct.dataclass
+class StepFnOutput:
+  """What a step function returns beside the state (a pytree).
+
+  Attributes:
+    loss: The mean loss (None in decode).
+    weighted_scalars: The model's `(value, weight)` metrics.
+    per_example_out: The model's per-example outputs.
+    summary_tensors: Summaries, `{name_<type>: value}`.
+    clu_metrics: Metric objects returned by `decode`.
+  """
+
+  loss: Any
+  weighted_scalars: Any
+  per_example_out: Any
+  summary_tensors: Any
+  clu_metrics: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseStepFnStaticArgs:
+  """Hashable arguments a partitioned step is compiled for.
+
+  Attributes:
+    unpadded_global_batch_size: The global batch size before padding.
+  """
+
+  unpadded_global_batch_size: int | None = None
+
+
+@dataclasses.dataclass
+class TrainStateMetadata:
+  """Shapes, declarations and shardings of a task's TrainState.
+
+  Attributes:
+    input_shape_dtype: The (global) input shapes the model was traced with.
+    var_weight_hparams: `WeightHParams` of the model's variables.
+    padded_global_shapes: TrainState of `ShapeDtypeStruct`s, padded to split
+      evenly over the mesh.
+    unpadded_global_shapes: The same, unpadded.
+    partition_specs: TrainState of `PartitionSpec`s.
+  """
+
+  input_shape_dtype: Any
+  var_weight_hparams: Any
+  padded_global_shapes: TrainState | None = None
+  unpadded_global_shapes: TrainState | None = None
+  partition_specs: TrainState | None = None
+
+  @property
+  def partitioned_specs(self) -> TrainState | None:
+    """Pax's name of `partition_specs`."""
+    return self.partition_specs
+
+
+def _shape_dtype(tree: Any) -> Any:
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def _abstract_init(task: tasks_lib.SingleTask, inputs: Any,
+                   do_eval: bool = False) -> Any:
+  return task.model.abstract_init_with_metadata(
+      _shape_dtype(inputs), do_eval=do_eval)
+
+
+def create_train_state_metadata(
+    jax_task: tasks_lib.SingleTask,
+    train_shape_dtype: Any,
+    discard_opt_states: bool = False,
+    do_eval: bool = False,
+) -> TrainStateMetadata:
+  """Traces the model on `train_shape_dtype` (no memory) for the metadata.
+
+  Args:
+    jax_task: The task.
+    train_shape_dtype: Global input shapes (`jax.ShapeDtypeStruct`s).
+    discard_opt_states: Leave optimizer states out.
+    do_eval: Trace the model in eval mode.
+
+  Returns:
+    The metadata.
+  """
+  hps = _abstract_init(jax_task, train_shape_dtype, do_eval)
+  return TrainStateMetadata(
+      input_shape_dtype=train_shape_dtype,
+      var_weight_hparams=hps,
+      padded_global_shapes=jax_task.create_train_state_padded_shapes(
+          hps, discard_opt_states),
+      unpadded_global_shapes=jax_task.create_train_state_unpadded_shapes(
+          hps, discard_opt_states),
+      partition_specs=jax_task.create_train_state_partition_specs(
+          hps, discard_opt_states))
+
+
+def _rngs(prng_key: jax.Array) -> dict[str, jax.Array]:
+  k1, k2, k3 = jax.random.split(prng_key, 3)
+  return {PARAMS: k1, RANDOM: k2, NON_PAX_RNG_KEY: k3}
+
+
+def initialize_model_state(
+    jax_task: tasks_lib.SingleTask,
+    prng_key: jax.Array,
+    inputs_shape_dtype: Any,
+    discard_opt_states: bool = False,
+    is_eval: bool = False,
+    var_weight_hparams: Any = None,
+) -> tuple[TrainState, TrainStateProvenance]:
+  """Randomly initialised variables and fresh optimizer states.
+
+  The model is initialised on zeros of the input shapes (arrays or
+  `jax.ShapeDtypeStruct`s), in eval mode only if `is_eval` and the task does
+  not `always_use_train_for_model_init`. Call it inside `jax.jit` to create
+  the state sharded.
+
+  Args:
+    jax_task: The task.
+    prng_key: Randomness of the initialisation.
+    inputs_shape_dtype: Shapes of one batch.
+    discard_opt_states: Leave optimizer states out.
+    is_eval: Initialise for evaluation.
+    var_weight_hparams: The variables' `WeightHParams` (traced if None).
+
+  Returns:
+    (the step-0 TrainState, its provenance: random init everywhere).
+  """
+  model = jax_task.model
+  do_eval = is_eval and not jax_task.train.always_use_train_for_model_init
+  if var_weight_hparams is None:
+    var_weight_hparams = _abstract_init(jax_task, inputs_shape_dtype, do_eval)
+  inputs = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
+                        inputs_shape_dtype)
+  if model.fprop_dtype == jnp.bfloat16:
+    inputs = jax.tree.map(_to_bfloat16, inputs)
+  _, init_key = jax.random.split(prng_key)
+  context = base_layer.JaxContext.HParams(do_eval=do_eval)
+  with base_layer.JaxContext.new_context(hparams=context):
+    variables = model.init(_rngs(init_key), inputs)
+  variables.pop('params_axes', None)
+  state = jax_task.create_train_state(variables, var_weight_hparams,
+                                      discard_opt_states)
+  return state, train_states.build_train_state_provenance(state)
+
+
+def _to_bfloat16(x: Any) -> Any:
+  return x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x
+
+
+def _to_float32(x: Any) -> Any:
+  return x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
+
+
+def _cast_for_fprop(fprop_dtype, mdl_vars, inputs, var_weight_hparams):
+  """Casts float32 variables (unless they disallow it) and inputs to bf16."""
+  if fprop_dtype == jnp.float32:
+    return mdl_vars, inputs
+  if fprop_dtype != jnp.bfloat16:
+    raise ValueError(f'fprop_dtype {fprop_dtype} is not supported; use '
+                     'jnp.float32 or jnp.bfloat16.')
+
+  def cast(v, hp):
+    if base_layer.var_disallow_bfloat16_conversion(hp):
+      return v
+    return _to_bfloat16(v)
+
+  mdl_vars = jax.tree.map(cast, mdl_vars, var_weight_hparams)
+  return mdl_vars, jax.tree.map(_to_bfloat16, inputs)
+
+
+def _flatten_summaries(tree: Any) -> dict[str, Any]:
+  """`{'a': {'b_scalar': x}}` -> `{'a/b_scalar': x}`."""
+  flat = {}
+  paths = jax.tree.leaves(trees.to_path_tree(tree))
+  for path, value in zip(paths, jax.tree.leaves(tree)):
+    flat[path] = value
+  return flat
+
+
+def _split_provenance(inputs: Any) -> tuple[Any, Any]:
+  """Moves the input keys Pax keeps for eval matching out of the batch."""
+  if not isinstance(inputs, dict):
+    return {}, inputs
+  return py_utils.filter_by_matching_keys(inputs, [py_utils.PROVENANCE_PREFIX])
+
+
+def _with_keys(outputs: Any, extra: Any) -> Any:
+  if not extra:
+    return outputs
+  merged = type(outputs)(outputs)
+  merged.update(extra)
+  return merged
+
+
+def get_excluded_var_masks(
+    var_weight_hparams: Any, learner: learners_lib.Learner
+) -> tuple[Any, Any]:
+  """(excluded from the gradient, excluded from the optimizer state).
+
+  Args:
+    var_weight_hparams: `WeightHParams` of all variables.
+    learner: The learner (its exclusion regexes and optimizer).
+
+  Returns:
+    Two trees of bools shaped like the variables.
+  """
+  return (tasks_lib.get_excluded_var_mask_for_grad(var_weight_hparams, learner),
+          tasks_lib.get_excluded_var_mask_for_opt(var_weight_hparams, learner))
+
+
+def _single_learner(jax_task: tasks_lib.SingleTask) -> learners_lib.Learner:
+  if len(jax_task.learners) != 1:
+    raise ValueError('train_step_single_learner needs exactly one learner, '
+                     f'the task has {len(jax_task.learners)}.')
+  return jax_task.learners[0]
+
+
+def _loss_fn(jax_task, context_p, fprop_dtype, var_weight_hparams,
+             excluded_for_grad):
+  """The loss of the model w.r.t. the variables being differentiated."""
+  model = jax_task.model
+
+  def loss_fn(vars_grad, vars_nograd_and_inputs, prng_key):
+    vars_nograd, inputs = vars_nograd_and_inputs
+    mdl_vars = jax.tree.map(lambda e, g, n: n if e else g, excluded_for_grad,
+                            vars_grad, vars_nograd)
+    mdl_vars, inputs = _cast_for_fprop(fprop_dtype, mdl_vars, inputs,
+                                       var_weight_hparams)
+    with base_layer.JaxContext.new_context(hparams=context_p):
+      (weighted_scalars, per_example_out), updated = model.apply(
+          mdl_vars, inputs, mutable=jax_task.train.apply_mutable_list,
+          method=model.__call__, rngs=_rngs(prng_key))
+      weighted_loss, mean_loss, loss_weight = (
+          jax_task.loss_aggregator_inst.aggregate(weighted_scalars))
+    summaries = _flatten_summaries(updated.get(SUMMARIES, {}))
+    fwd_updated = {c: updated[c] for c in _UPDATED_COLLECTIONS
+                   if c in updated}
+    aux = (mean_loss, weighted_scalars, fwd_updated, summaries,
+           per_example_out)
+    return (weighted_loss.astype(jnp.float32),
+            sgf.GradAuxInfo(aux_info=aux, loss_weight=loss_weight))
+
+  return loss_fn
+
+
+def _compute_grads(loss_fn, learner, mdl_vars, inputs, prng_key,
+                   excluded_for_grad, excluded_for_opt):
+  """((loss, aux), grads) with grads masked like the optimizer's view."""
+  with_grad = tasks_lib.filter_vars_for_grad_or_opt(mdl_vars,
+                                                    excluded_for_grad)
+  no_grad = jax.tree.map(lambda v, e: v if e else py_utils.BpropMaskedNode(),
+                         mdl_vars, excluded_for_grad)
+  grad_fn = learner.stochastic_gradient or sgf.StandardGradient()
+  values, grads = grad_fn.grad_fn(loss_fn, with_grad, (no_grad, inputs),
+                                  prng_key)
+  # Variables with optimizer state but no gradient (non-trainable ones under
+  # EMA) get zero gradients.
+  grads = jax.tree.map(
+      lambda eo, eg, v, g: jnp.zeros_like(v) if eg and not eo else g,
+      excluded_for_opt, excluded_for_grad, mdl_vars, grads)
+  return values, grads
+
+
+def _learner_update(learner, states, grads, fwd_updated, var_weight_hparams,
+                    excluded_for_grad, excluded_for_opt):
+  """(new variables, new optimizer state) after the learner's update."""
+  mdl_vars = dict(states.mdl_vars)
+  # The optimizer (EMA) sees the statistics the model updated (in their
+  # stored dtype, also after a bfloat16 forward pass).
+  for c in set(fwd_updated) & set(mdl_vars):
+    mdl_vars[c] = jax.tree.map(lambda new, old: new.astype(old.dtype),
+                               fwd_updated[c], mdl_vars[c])
+  vars_opt = tasks_lib.filter_vars_for_grad_or_opt(mdl_vars, excluded_for_opt)
+  hps_opt = tasks_lib.filter_vars_for_grad_or_opt(var_weight_hparams,
+                                                  excluded_for_opt)
+  updates, new_opt_state = learner.update_states(
+      grads, states.opt_states[0], vars_opt, hps_opt)
+  vars_opt = learner.apply_gradient(vars_opt, updates, hps_opt)
+  mdl_vars = jax.tree.map(lambda e, old, new: old if e else new,
+                          excluded_for_grad, mdl_vars, vars_opt)
+  # Variables excluded by the learner's regexes stay as they were, even
+  # non-trainable ones the model updated.
+  fixed = tasks_lib.get_excluded_var_mask_for_grad_or_opt(
+      var_weight_hparams, learner, mask_all_non_trainable=False)
+  mdl_vars = jax.tree.map(lambda e, old, new: old if e else new, fixed,
+                          states.mdl_vars, mdl_vars)
+  return mdl_vars, new_opt_state
+
+
+def train_step_single_learner(
+    jax_task: tasks_lib.SingleTask,
+    states: TrainState,
+    prng_key: jax.Array,
+    inputs: Any,
+    fprop_dtype: Any = jnp.float32,
+    var_weight_hparams: Any = None,
+    static_args: BaseStepFnStaticArgs | None = None,
+) -> tuple[TrainState, StepFnOutput]:
+  """One training step (see the module doc).
+
+  Args:
+    jax_task: The task (one learner).
+    states: The TrainState.
+    prng_key: Randomness of the step (the step number is folded in).
+    inputs: The global batch.
+    fprop_dtype: jnp.float32, or jnp.bfloat16 to compute in bfloat16.
+    var_weight_hparams: The variables' `WeightHParams` (traced if None).
+    static_args: Unused.
+
+  Returns:
+    (the state one step later, StepFnOutput with the mean loss, the model's
+    weighted scalars and per-example outputs, and the summaries).
+  """
+  del static_args
+  learner = _single_learner(jax_task)
+  context_p = base_layer.JaxContext.HParams(
+      do_eval=False, summary_verbosity=jax_task.summary_verbosity)
+  prng_key = jax.random.fold_in(prng_key, states.step)
+  if var_weight_hparams is None:
+    var_weight_hparams = _abstract_init(jax_task, inputs)
+  fwd_vars = jax_task.maybe_adjust_train_state(
+      states.step, states.mdl_vars, var_weight_hparams, prng_key)
+  _, subkey = jax.random.split(prng_key)
+  excluded_for_grad, excluded_for_opt = get_excluded_var_masks(
+      var_weight_hparams, learner)
+  loss_fn = _loss_fn(jax_task, context_p, fprop_dtype, var_weight_hparams,
+                     excluded_for_grad)
+  (_, aux), grads = _compute_grads(loss_fn, learner, fwd_vars, inputs, subkey,
+                                   excluded_for_grad, excluded_for_opt)
+  mean_loss, weighted_scalars, fwd_updated, fwd_summaries, per_example = (
+      aux.aux_info)
+
+  with base_layer.JaxContext.new_context(hparams=context_p):
+    learner.plot_learning_rate(states.step)
+    mdl_vars, new_opt_state = _learner_update(
+        learner, states, grads, fwd_updated, var_weight_hparams,
+        excluded_for_grad, excluded_for_opt)
+    new_states = states.new_state(mdl_vars=mdl_vars,
+                                  opt_states=[new_opt_state])
+    if jax_task.train.variable_norm_summary:
+      _add_variable_norm_summaries(new_states.mdl_vars)
+    bwd_summaries = base_layer.all_global_summaries()
+
+  summaries = NestedMap(fwd_summaries)
+  summaries.update(bwd_summaries)
+  return new_states, StepFnOutput(
+      loss=mean_loss, weighted_scalars=weighted_scalars,
+      per_example_out=per_example, summary_tensors=summaries)
+
+
+def _add_variable_norm_summaries(mdl_vars: Any) -> None:
+  """`vars/<path>`: the root mean square of each float variable."""
+  paths = jax.tree.leaves(trees.to_path_tree(mdl_vars))
+  for path, v in zip(paths, jax.tree.leaves(mdl_vars)):
+    if jnp.issubdtype(v.dtype, jnp.inexact):
+      rms = jnp.sqrt(jnp.mean(jnp.square(v.astype(jnp.float32))))
+      base_layer.add_global_summary(f'vars/{path}', rms)
+
+
+def _maybe_ema_vars(states: TrainState, use_ema: bool) -> Any:
+  """EMA variables when asked and the state still has optimizer states."""
+  if use_ema and states.opt_states:
+    return tasks_lib.extract_ema(states).mdl_vars
+  return states.mdl_vars
+
+
+def eval_step_single_learner(
+    jax_task: tasks_lib.SingleTask,
+    states: TrainState,
+    prng_key: jax.Array,
+    inputs: Any,
+    fprop_dtype: Any = jnp.float32,
+    var_weight_hparams: Any = None,
+    static_args: BaseStepFnStaticArgs | None = None,
+) -> tuple[None, StepFnOutput]:
+  """One evaluation step: the model in eval mode, no state change.
+
+  The variables are `states.mdl_vars`, or their EMA when
+  `train.eval_use_ema_states` is set and `states` still holds optimizer
+  states (a state from `extract_ema` or `to_eval_state` is used as is).
+
+  Args:
+    jax_task: The task.
+    states: The TrainState.
+    prng_key: Randomness (the step number is folded in).
+    inputs: The global batch.
+    fprop_dtype: jnp.float32 or jnp.bfloat16.
+    var_weight_hparams: The variables' `WeightHParams` (needed for bf16).
+    static_args: Unused.
+
+  Returns:
+    (None, StepFnOutput with the mean loss, metrics, per-example outputs
+    and summaries).
+  """
+  del static_args
+  model = jax_task.model
+  context_p = base_layer.JaxContext.HParams(
+      do_eval=True, summary_verbosity=jax_task.summary_verbosity)
+  prng_key = jax.random.fold_in(prng_key, states.step)
+  mdl_vars = _maybe_ema_vars(states, jax_task.train.eval_use_ema_states)
+  if fprop_dtype != jnp.float32 and var_weight_hparams is None:
+    var_weight_hparams = _abstract_init(jax_task, inputs)
+  enum_keys, inputs = _split_provenance(inputs)
+  mdl_vars, inputs = _cast_for_fprop(fprop_dtype, mdl_vars, inputs,
+                                     var_weight_hparams)
+  with base_layer.JaxContext.new_context(hparams=context_p):
+    (weighted_scalars, per_example_out), updated = model.apply(
+        mdl_vars, inputs, mutable=jax_task.evaluate.apply_mutable_list,
+        method=model.__call__, rngs=_rngs(prng_key))
+    _, mean_loss, _ = jax_task.loss_aggregator_inst.aggregate(
+        weighted_scalars)
+  per_example_out = _with_keys(per_example_out, enum_keys)
+  out = StepFnOutput(
+      loss=mean_loss, weighted_scalars=weighted_scalars,
+      per_example_out=per_example_out,
+      summary_tensors=_flatten_summaries(updated.get(SUMMARIES, {})))
+  if fprop_dtype == jnp.bfloat16:
+    out = jax.tree.map(_to_float32, out)
+  return None, out
+
+
+def decode_step(
+    model: base_model.BaseModel,
+    states: TrainState,
+    prng_key: jax.Array,
+    var_weight_hparams: Any,
+    inputs: Any,
+    fprop_dtype: Any = jnp.float32,
+    apply_mutable_list: Any = tuple(tasks_lib.DECODE_DEFAULT_MUTABLE_LIST),
+    decode_method: str = 'decode',
+) -> tuple[tuple[Any, Any, Any], dict[str, Any]]:
+  """Runs `model.<decode_method>` on a batch, in eval mode.
+
+  Args:
+    model: The model.
+    states: The (eval) TrainState; its `mdl_vars` are used.
+    prng_key: Randomness (the step number is folded in).
+    var_weight_hparams: The variables' `WeightHParams` (for bf16).
+    inputs: The global batch.
+    fprop_dtype: jnp.float32 or jnp.bfloat16.
+    apply_mutable_list: Collections the model may change.
+    decode_method: The model method to run.
+
+  Returns:
+    ((weighted_scalars, results, metrics), updated_vars): what the decode
+    method returned (a 2-tuple gets empty metrics; provenance keys of the
+    inputs are added to `results`), and the collections it changed, without
+    the decode cache; `updated_vars[SUMMARIES]` holds its summaries (nested,
+    in float32).
+  """
+  context_p = base_layer.JaxContext.HParams(do_eval=True, summary_verbosity=2)
+  prng_key = jax.random.fold_in(prng_key, states.step)
+  enum_keys, inputs = _split_provenance(inputs)
+  mdl_vars, inputs = _cast_for_fprop(fprop_dtype, states.mdl_vars, inputs,
+                                     var_weight_hparams)
+  with base_layer.JaxContext.new_context(hparams=context_p):
+    outputs, updated = model.apply(
+        mdl_vars, inputs, method=getattr(model, decode_method),
+        rngs=_rngs(prng_key), mutable=list(apply_mutable_list))
+  updated.pop(DECODE_CACHE, None)
+  if len(outputs) == 2:
+    outputs = (outputs[0], outputs[1], {})
+  weighted_scalars, results, metrics = outputs
+  results = _with_keys(results, enum_keys)
+  if SUMMARIES in updated:
+    updated[SUMMARIES] = jax.tree.map(_to_float32, updated[SUMMARIES])
+  return (weighted_scalars, results, metrics), updated
+
+
+def decode_step_for_partitioner(
+    jax_task: tasks_lib.SingleTask,
+    states: TrainState,
+    prng_key: jax.Array,
+    inputs: Any,
+    fprop_dtype: Any = jnp.float32,
+    var_weight_hparams: Any = None,
+    static_args: BaseStepFnStaticArgs | None = None,
+) -> tuple[None, StepFnOutput]:
+  """`decode_step` with the step-function signature of the other steps.
+
+  Uses the EMA variables when `train.decode_use_ema_states` is set and the
+  state holds optimizer states.
+
+  Returns:
+    (None, StepFnOutput(loss=None, weighted_scalars, per_example_out=the
+    decode results, summary_tensors (flat), clu_metrics=the metrics)).
+  """
+  del static_args
+  states = TrainState(
+      step=states.step, opt_states=[],
+      mdl_vars=_maybe_ema_vars(states, jax_task.train.decode_use_ema_states))
+  if fprop_dtype != jnp.float32 and var_weight_hparams is None:
+    var_weight_hparams = _abstract_init(jax_task, inputs, do_eval=True)
+  (weighted_scalars, results, metrics), updated = decode_step(
+      jax_task.model, states, prng_key, var_weight_hparams, inputs,
+      fprop_dtype, jax_task.decode.apply_mutable_list)
+  return None, StepFnOutput(
+      loss=None, weighted_scalars=weighted_scalars, per_example_out=results,
+      summary_tensors=_flatten_summaries(updated.get(SUMMARIES, {})),
+      clu_metrics=metrics)
