@@ -262,8 +262,9 @@ def template_field(template: Any = dataclasses.MISSING, tags: Any = ()) -> Any:
       linear_tpl: pax_fiddle.Config[Linear] = template_field(Linear)
 
   Args:
-    template: The class or function configured by the default template; None
-      makes the default None; MISSING makes the field required.
+    template: The class or function configured by the default template, or a
+      config to copy as the default; None makes the default None; MISSING
+      makes the field required.
     tags: Fiddle tags for the argument.
 
   Returns:
@@ -274,7 +275,10 @@ def template_field(template: Any = dataclasses.MISSING, tags: Any = ()) -> Any:
     return dataclasses.field(metadata=metadata)
   if template is None:
     return dataclasses.field(default=None, metadata=metadata)
-  factory = functools.partial(Config, template)
+  if isinstance(template, fdl.Buildable):
+    factory = functools.partial(copy.deepcopy, template)
+  else:
+    factory = functools.partial(Config, template)
   metadata[_CONFIG_FACTORY] = factory
   return dataclasses.field(default_factory=factory, metadata=metadata)
 

@@ -121,6 +121,18 @@ class ConfigTest(test_utils.TestCase):
     tree = pax_fiddle.instantiate(pax_fiddle.Config(Tree), leaf=leaf)
     self.assertIs(tree.leaf, leaf)
 
+  def test_template_field_with_a_config_default(self):
+
+    @dataclasses.dataclass
+    class Holder:
+      tpl: pax_fiddle.Config[Leaf] = pax_fiddle.template_field(
+          pax_fiddle.Config(Leaf, x=7))
+
+    first, second = pax_fiddle.Config(Holder), pax_fiddle.Config(Holder)
+    first.tpl.x = 8
+    self.assertEqual((first.tpl.x, second.tpl.x), (8, 7))
+    self.assertIsInstance(pax_fiddle.build(second).tpl, pax_fiddle.Config)
+
   def test_required_field(self):
 
     @dataclasses.dataclass
