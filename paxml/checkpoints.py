@@ -147,10 +147,21 @@ class _InputStateRestore(ocp.args.CheckpointArgs):
 # -- Shape checks --------------------------------------------------------------
 
 
+def _key_name(key: Any) -> str:
+  for attr in ('key', 'name', 'idx'):
+    if hasattr(key, attr):
+      return str(getattr(key, attr))
+  return str(key)
+
+
 def _flat_shapes(tree: Any) -> dict[str, tuple[int, ...] | None]:
-  """Leaf path (`mdl_vars.params.w`) -> shape, as Orbax lays the tree out."""
-  flat = ocp.tree.to_flat_dict(ocp.tree.serialize_tree(tree), sep='.')
-  return {k: getattr(v, 'shape', None) for k, v in flat.items()}
+  """Leaf path (`mdl_vars.params.w`) -> shape, for the state or its metadata.
+
+  Empty nodes (e.g. optax's `EmptyState`) have no leaves and no entry.
+  """
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {'.'.join(_key_name(k) for k in path): getattr(v, 'shape', None)
+          for path, v in leaves}
 
 
 def _shape_errors(stored: Any, wanted: Any) -> list[str]:

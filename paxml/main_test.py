@@ -1,0 +1,195 @@
+"""End-to-end tests of the runner: `python -m paxml.main` on a small experiment.
+
+One uninterrupted training run is shared by the layout, summary, eval-job and
+resume tests; the resume and preemption tests run the real command in a
+subprocess and kill it with signals.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+from paxml import checkpoint_paths
+from paxml import executors
+from paxml import experiment_registry
+from paxml import train
+from paxml.tasks.test import regression
+from tensorboard.backend.event_processing import event_accumulator
+
+_EXP = 'tasks.test.regression.RegressionExperiment'
+_SIGNAL_EXP = 'tasks.test.regression.RegressionSignalExperiment'
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _scalars(summary_dir: pathlib.Path, tag: str) -> dict[int, float]:
+  """{step: value} of a scalar tag, the last write of each step winning."""
+  acc = event_accumulator.EventAccumulator(str(summary_dir))
+  acc.Reload()
+  return {e.step: e.value for e in acc.Scalars(tag)}
+
+
+def _run_main(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+  env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)  # One CPU device, as a user's laptop.
+  result = subprocess.run(
+      [sys.executable, '-m', 'paxml.main', *args], cwd=_ROOT, env=env,
+      capture_output=True, text=True, timeout=300)
+  if check and result.returncode != 0:
+    raise AssertionError(f'paxml.main {args} failed:\n{result.stderr[-3000:]}')
+  return result
+
+
+class TrainRunTest(absltest.TestCase):
+  """One in-process run of RegressionExperiment, inspected several ways."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.job_dir = pathlib.Path(tempfile.mkdtemp()) / 'job'
+    exp = experiment_registry.get(_EXP)()
+    configs = train.ExperimentConfigs.from_experiment(exp, _EXP)
+    configs.task.train.summary_interval_steps = 1
+    options = executors.RunOptions(job_log_dir=cls.job_dir,
+                                   decode_during_train=True, eval_on_test=True)
+    cls.state = train.train_and_evaluate(configs, options)
+
+  def test_layout(self):
+    names = {p.name for p in self.job_dir.iterdir()}
+    self.assertLessEqual({'model_params.txt', 'post_init_model_params.txt',
+                          'checkpoints', 'summaries', 'decoder_out'}, names)
+    summaries = {p.name for p in (self.job_dir / 'summaries').iterdir()}
+    self.assertEqual(summaries, {'train', 'eval_train', 'eval_test_test',
+                                 'decode_test_decode'})
+    steps = sorted(int(p.name.split('_')[1])
+                   for p in (self.job_dir / 'checkpoints').iterdir())
+    self.assertEqual(steps[-3:], [20, 30, 40])
+    params = (self.job_dir / 'model_params.txt').read_text()
+    self.assertIn('.train.num_train_steps : 40', params)
+    post_init = (self.job_dir / 'post_init_model_params.txt').read_text()
+    self.assertIn('params/proj/w: shape=[4, 2] dtype=float32', post_init)
+
+  def test_train_and_eval_scalars_read_back_with_tensorboard(self):
+    train_loss = _scalars(self.job_dir / 'summaries' / 'train', 'loss')
+    self.assertEqual(sorted(train_loss), list(range(1, 41)))
+    # The least-squares problem is learnt: noise variance is 2 * 1e-4.
+    self.assertGreater(train_loss[1], 0.5)
+    self.assertLess(train_loss[40], train_loss[1] / 10)
+    eval_loss = _scalars(self.job_dir / 'summaries' / 'eval_test_test',
+                         'Metrics/loss')
+    self.assertEqual(sorted(eval_loss), [20, 40])
+    self.assertLess(eval_loss[40], eval_loss[20])
+    steps_per_sec = _scalars(self.job_dir / 'summaries' / 'train', 'Steps/sec')
+    self.assertTrue(all(v > 0 for v in steps_per_sec.values()))
+
+  def test_eval_loss_matches_numpy_on_final_weights(self):
+    w = np.asarray(self.state.mdl_vars['params']['proj']['w'])
+    data = regression.make_data(64, seed=2)
+    host_data = {k: v[0::1] for k, v in data.items()}
+    mse = np.mean(np.sum((host_data['inputs'] @ w - host_data['targets'])**2,
+                         axis=-1))
+    eval_loss = _scalars(self.job_dir / 'summaries' / 'eval_test_test',
+                         'Metrics/loss')
+    np.testing.assert_allclose(eval_loss[40], mse, rtol=1e-5)
+
+  def test_decoder_out_jsonl(self):
+    lines = (self.job_dir / 'decoder_out' / 'decode' /
+             'decoder_out_40_shard_0.jsonl').read_text().splitlines()
+    self.assertLen(lines, 64)
+    record = json.loads(lines[0])
+    self.assertEqual(record['key'], 'example_0')
+    self.assertLen(record['value']['prediction'], 2)
+
+  def test_decode_once_job_on_the_trained_checkpoints(self):
+    out_dir = pathlib.Path(tempfile.mkdtemp())
+    _run_main(f'--exp={_EXP}', f'--job_log_dir={out_dir}', '--mode=decode_once',
+              f'--restore_checkpoint_dir={self.job_dir / "checkpoints"}')
+    name = pathlib.Path('decoder_out', 'decode', 'decoder_out_40_shard_0.jsonl')
+    once = [json.loads(x) for x in (out_dir / name).read_text().splitlines()]
+    during_train = [json.loads(x)
+                    for x in (self.job_dir / name).read_text().splitlines()]
+    self.assertLen(once, 64)
+    # One device here, eight in the training run: equal up to rounding.
+    np.testing.assert_allclose(
+        [r['value']['prediction'] for r in once],
+        [r['value']['prediction'] for r in during_train], rtol=1e-5)
+
+  def test_checkpoint_of_another_shape_names_the_variable(self):
+    out_dir = pathlib.Path(tempfile.mkdtemp())
+    result = _run_main(
+        f'--exp={_EXP}', f'--job_log_dir={out_dir}', '--mode=decode_once',
+        f'--restore_checkpoint_dir={self.job_dir / "checkpoints"}',
+        '--fdl_set=task.model.hidden_dims=3', check=False)
+    self.assertNotEqual(result.returncode, 0)
+    error = result.stderr[-3000:]
+    self.assertIn("'mdl_vars.params.proj.w' has shape (4, 2) in the checkpoint "
+                  'but (3, 2) in the model', error)
+
+  def test_resume_after_sigkill_matches_the_uninterrupted_run(self):
+    job_dir = pathlib.Path(tempfile.mkdtemp()) / 'job'
+    common = [f'--exp={_SIGNAL_EXP}', f'--job_log_dir={job_dir}']
+    # Killed while reading the batch of step 14. Checkpoint 1 is complete;
+    # checkpoint 10 is complete unless the kill came before its asynchronous
+    # write committed — then its temp dir must be ignored.
+    killed = _run_main(*common, '--fdl_set=datasets[0].signal_at_batch=14',
+                       check=False)
+    self.assertEqual(killed.returncode, -signal.SIGKILL)
+    latest = checkpoint_paths.retrieve_latest_checkpoint_step(
+        job_dir / 'checkpoints')
+    self.assertIn(latest, (1, 10))
+    # A half-written checkpoint (a temp dir without its commit) is ignored.
+    (job_dir / 'checkpoints' / 'checkpoint_13.orbax-checkpoint-tmp-1').mkdir()
+    resumed = _run_main(*common)
+    self.assertTrue(
+        f'Restored the checkpoint of step {latest}.' in resumed.stderr,
+        resumed.stderr[-2000:])
+    losses = _scalars(job_dir / 'summaries' / 'train', 'loss')
+    reference = _scalars(self.job_dir / 'summaries' / 'train', 'loss')
+    self.assertEqual(sorted(losses), list(range(1, 41)))
+    for step in range(1, 41):
+      self.assertAlmostEqual(losses[step], reference[step], places=5,
+                             msg=f'step {step}')
+
+
+class PreemptionTest(absltest.TestCase):
+
+  def test_sigterm_saves_the_current_step_and_exits_cleanly(self):
+    job_dir = pathlib.Path(tempfile.mkdtemp()) / 'job'
+    _run_main(f'--exp={_SIGNAL_EXP}', f'--job_log_dir={job_dir}',
+              '--fdl_set=datasets[0].signal_at_batch=16',
+              f'--fdl_set=datasets[0].signal_number={int(signal.SIGTERM)}')
+    steps = sorted(int(p.name.split('_')[1])
+                   for p in (job_dir / 'checkpoints').iterdir())
+    # The signal arrives while step 16 trains; that step completes and is
+    # saved before the run stops.
+    self.assertEqual(steps[-1], 17)
+    self.assertNotIn(40, steps)
+
+
+class CommandLineErrorsTest(absltest.TestCase):
+
+  def test_unknown_experiment_names_the_closest(self):
+    result = _run_main('--exp=tasks.test.regression.RegresionExperiment',
+                       '--job_log_dir=/tmp/unused', check=False)
+    self.assertNotEqual(result.returncode, 0)
+    error = result.stderr[-2000:]
+    self.assertIn("Unknown experiment 'tasks.test.regression."
+                  "RegresionExperiment'", error)
+    self.assertIn('paxml.tasks.test.regression.RegressionExperiment', error)
+
+  def test_bad_fdl_set_field_is_named(self):
+    result = _run_main(f'--exp={_EXP}', '--job_log_dir=/tmp/unused',
+                       '--fdl_set=task.train.num_trian_steps=3', check=False)
+    self.assertNotEqual(result.returncode, 0)
+    error = result.stderr[-2000:]
+    self.assertIn("no field 'num_trian_steps'", error)
+    self.assertIn("'num_train_steps'", error)
+
+
+if __name__ == '__main__':
+  absltest.main()

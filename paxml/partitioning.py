@@ -1,0 +1,215 @@
+"""The device mesh and the one `jax.jit` call site of the runner.
+
+Public names: Partitioner, create_partitioner, data_mesh_axes.
+
+Both of Pax's paradigms run through the same code:
+
+* "pmap" experiments (no `ici_mesh_shape` on the model) get a one-axis mesh
+  `('data',)` over every device: weights replicated, batch split;
+* "pjit"/SPMD experiments get the mesh `ici_mesh_shape` x `dcn_mesh_shape`
+  named `mesh_axis_names`, with weights placed by their
+  `weight_split_dims_mapping`.
+
+Example:
+
+  partitioner = partitioning.create_partitioner(task)
+  metadata = partitioner.setup(train_input_specs)
+  state = partitioner.initialize_state(prng_key)
+  train_step = partitioner.partition(trainer_lib.train_step_single_learner)
+  state, outputs = train_step(state, prng_key, partitioner.to_global(batch))
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from paxml import trainer_lib
+from praxis import py_utils
+
+NamedSharding = jax.sharding.NamedSharding
+PartitionSpec = jax.sharding.PartitionSpec
+
+# Axes that split the batch, in the order Pax experiments name them.
+_DATA_AXES = ('replica', 'data', 'batch')
+
+
+def data_mesh_axes(mesh_axis_names: Sequence[str]) -> tuple[str, ...]:
+  """The mesh axes that the batch dimension is split over."""
+  axes = tuple(a for a in mesh_axis_names if a in _DATA_AXES)
+  return axes or tuple(mesh_axis_names[:1])
+
+
+def _build_mesh(model: Any) -> jax.sharding.Mesh:
+  if model.ici_mesh_shape is None:
+    return jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+  names = model.mesh_axis_names
+  if names is None or len(names) != len(model.ici_mesh_shape):
+    raise ValueError(
+        f'mesh_axis_names {names} must name each of the '
+        f'{len(model.ici_mesh_shape)} dims of ici_mesh_shape '
+        f'{model.ici_mesh_shape}.'
+    )
+  need = int(np.prod(model.ici_mesh_shape)) * int(
+      np.prod(model.dcn_mesh_shape or [1])
+  )
+  if need != jax.device_count():
+    raise ValueError(
+        f'The mesh ici_mesh_shape={model.ici_mesh_shape} x dcn_mesh_shape='
+        f'{model.dcn_mesh_shape} needs {need} devices; this job has '
+        f'{jax.device_count()}.'
+    )
+  devices = py_utils.create_device_mesh(
+      model.ici_mesh_shape,
+      model.dcn_mesh_shape,
+      contiguous_submeshes=bool(model.contiguous_submeshes),
+  )
+  return jax.sharding.Mesh(devices, tuple(names))
+
+
+class Partitioner:
+  """Places state and inputs on the mesh and compiles the step functions.
+
+  Attributes:
+    task: The instantiated task.
+    mesh: The device mesh.
+    metadata: The `TrainStateMetadata`, after `setup`.
+  """
+
+  def __init__(self, task: Any, mesh: jax.sharding.Mesh | None = None):
+    self.task = task
+    self.mesh = mesh or _build_mesh(task.model)
+    self.metadata: trainer_lib.TrainStateMetadata | None = None
+    self._input_specs = None
+
+  def setup(
+      self, train_inputs_shape_dtype: Any, discard_opt_states: bool = False
+  ) -> trainer_lib.TrainStateMetadata:
+    """Computes the train state's shapes and shardings from input specs.
+
+    Args:
+      train_inputs_shape_dtype: Per-host input `ShapeDtypeStruct`s.
+      discard_opt_states: Leave the optimizer state out (eval/decode jobs).
+
+    Returns:
+      The metadata (also kept as `self.metadata`).
+    """
+    self._input_specs = self.global_input_shapes(train_inputs_shape_dtype)
+    with jax.set_mesh(self.mesh):
+      self.metadata = trainer_lib.create_train_state_metadata(
+          self.task, self._input_specs, discard_opt_states=discard_opt_states
+      )
+    return self.metadata
+
+  # -- Shardings -------------------------------------------------------------
+
+  def _named(self, specs: Any) -> Any:
+    return jax.tree.map(
+        lambda s: NamedSharding(self.mesh, s),
+        specs,
+        is_leaf=lambda x: isinstance(x, PartitionSpec),
+    )
+
+  @property
+  def state_shardings(self) -> Any:
+    return self._named(self.metadata.partition_specs)
+
+  @property
+  def replicated(self) -> NamedSharding:
+    return NamedSharding(self.mesh, PartitionSpec())
+
+  def input_partition_spec(self, ndim: int) -> PartitionSpec:
+    """The batch dim over the data axes (or `train.inputs_split_mapping`)."""
+    mapping = getattr(self.task.train, 'inputs_split_mapping', None)
+    if mapping is not None:
+      return mapping
+    axes = data_mesh_axes(self.mesh.axis_names)
+    return PartitionSpec(axes, *([None] * (ndim - 1)))
+
+  def input_shardings(self, inputs: Any) -> Any:
+    return jax.tree.map(
+        lambda x: NamedSharding(self.mesh, self.input_partition_spec(x.ndim)),
+        inputs,
+    )
+
+  def global_input_shapes(self, per_host: Any) -> Any:
+    """Per-host input shapes -> global ones (batch times the process count)."""
+
+    def scale(x):
+      shape = (x.shape[0] * jax.process_count(),) + tuple(x.shape[1:])
+      return jax.ShapeDtypeStruct(shape, x.dtype)
+
+    return jax.tree.map(scale, per_host)
+
+  def to_global(self, host_batch: Any) -> Any:
+    """Host-local numpy batch -> global `jax.Array`s sharded over the mesh."""
+    shardings = self.input_shardings(host_batch)
+    try:
+      return jax.tree.map(
+          jax.make_array_from_process_local_data, shardings, host_batch
+      )
+    except ValueError as e:
+      raise ValueError(
+          f'Cannot split the batch over the mesh {dict(self.mesh.shape)}: '
+          f'{e}. The global batch size must be divisible by the number of '
+          'devices on the data axes.'
+      ) from e
+
+  # -- Compilation -----------------------------------------------------------
+
+  def initialize_state(self, prng_key: jax.Array) -> Any:
+    """Creates the train state directly in its sharded layout."""
+
+    def init(key):
+      state, _ = trainer_lib.initialize_model_state(
+          self.task,
+          key,
+          self._input_specs,
+          var_weight_hparams=self.metadata.var_weight_hparams,
+      )
+      return state
+
+    with jax.set_mesh(self.mesh):
+      return jax.jit(init, out_shardings=self.state_shardings)(prng_key)
+
+  def partition(
+      self, step_fn: Callable[..., Any], is_eval: bool = False
+  ) -> Callable[[Any, jax.Array, Any], Any]:
+    """Compiles `step_fn(task, state, key, inputs)` over the mesh.
+
+    This is the runner's one `jax.jit` call site: the state is donated (for
+    training), kept in its sharding, and the outputs are replicated.
+
+    Args:
+      step_fn: A trainer_lib step function.
+      is_eval: Whether it is an eval step (its state is not updated).
+
+    Returns:
+      `fn(state, prng_key, inputs) -> (state or None, outputs)`.
+    """
+    fn = functools.partial(
+        step_fn,
+        self.task,
+        var_weight_hparams=self.metadata.var_weight_hparams,
+    )
+    out_state = None if is_eval else self.state_shardings
+    jitted = jax.jit(
+        fn,
+        # Inputs keep the sharding `to_global` gave them.
+        in_shardings=(self.state_shardings, self.replicated, None),
+        out_shardings=(out_state, self.replicated),
+        donate_argnums=() if is_eval else (0,),
+    )
+
+    def run(state, prng_key, inputs):
+      with jax.set_mesh(self.mesh):
+        return jitted(state, prng_key, inputs)
+
+    return run
+
+
+def create_partitioner(task: Any) -> Partitioner:
+  """The default partitioner of a task."""
+  return Partitioner(task)
