@@ -177,3 +177,62 @@ class RegressionSignalExperiment(RegressionExperiment):
     task_p = super().task()
     task_p.train.summary_interval_steps = 1
     return task_p
+
+
+class GlobalBatchInput(base_input.BaseInput):
+  """Draws global batch t from (seed, t); each host feeds its slice of it.
+
+  So the global batches are the same whatever the number of hosts, and a run
+  on 2 processes sees the same data as a run on 1 (multi-host tests).
+
+  Attributes:
+    data: Global arrays, examples first.
+    signal_at_batch: As `SignalAtBatchInput`: -1 never.
+    signal_number: The signal to send.
+  """
+
+  data: dict[str, np.ndarray] | None = None
+  signal_at_batch: int = -1
+  signal_number: int = 9
+
+  def __post_init__(self):
+    super().__post_init__()
+    self._t = 0
+    self._batches_read = 0
+
+  def get_next(self):
+    if self._batches_read == self.signal_at_batch:
+      os.kill(os.getpid(), self.signal_number)
+    self._batches_read += 1
+    num = len(next(iter(self.data.values())))
+    rng = np.random.default_rng([self.input_random_seed or 0, self._t])
+    idx = rng.integers(0, num, size=self.batch_size * self.num_infeed_hosts)
+    mine = idx[self.infeed_host_index * self.batch_size:][:self.batch_size]
+    self._t += 1
+    return NestedMap({k: v[mine] for k, v in self.data.items()})
+
+  def _get_state_internal(self) -> bytes:
+    return str(self._t).encode()
+
+  def _set_state_internal(self, state: bytes) -> None:
+    self._t = int(state.decode())
+
+
+@experiment_registry.register
+class RegressionGlobalBatchExperiment(RegressionExperiment):
+  """RegressionExperiment fed by `GlobalBatchInput`, per-step summaries.
+
+  Pass `--fdl_set=datasets[0].batch_size=4` on each of 2 hosts for the same
+  global batch of 8 as one host.
+  """
+
+  def datasets(self):
+    train = pax_fiddle.Config(
+        GlobalBatchInput, name='train', is_training=True, batch_size=8,
+        data=make_data(64, 1), input_random_seed=1)
+    return [train, super().datasets()[1]]
+
+  def task(self):
+    task_p = super().task()
+    task_p.train.summary_interval_steps = 1
+    return task_p
