@@ -1,0 +1,359 @@
+"""Repeat: one sub-layer applied `x_times` in a row, with stacked variables.
+
+Public names: Repeat, SCAN_VARIABLE_AXES.
+
+The loop is an `nn.scan` (one compiled body however deep the stack), the
+body rematerialized with a `checkpoint_policy`. Each variable of the
+sub-layer gains a leading dim of size `x_times`, recorded as `repeat_prefix`
+in its `WeightHParams`:
+
+  repeat = base_layer.instantiate(pax_fiddle.Config(
+      repeats.Repeat, name='repeat', x_times=4,
+      sub_tpl=pax_fiddle.Config(linears.FeedForward, input_dims=8,
+                                output_dims=8)))
+  repeat.abstract_init_with_metadata(x)['params']['sub']['linear']['w']
+  # WeightHParams(shape=[8, 8], repeat_prefix=[4], ...)
+
+Decoder caches are stacked likewise, or, with `unroll_in_decode`, kept per
+layer (`decoder_cache/<name>/layer{i}/...`) and decoded by a Python loop,
+which avoids copying the cache through a loop in every decoding step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+import functools
+from typing import Any
+
+from flax import linen as nn
+import jax
+from jax import numpy as jnp
+
+from praxis import asserts
+from praxis import base_layer
+from praxis import pax_fiddle
+from praxis import pytypes
+from praxis.layers import checkpoint_policy
+
+JTensor = pytypes.JTensor
+NestedJTensor = pytypes.NestedJTensor
+SplitDimsMapping = pytypes.SplitDimsMapping
+LayerTpl = pax_fiddle.Config[base_layer.BaseLayer]
+AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
+
+PARAMS = base_layer.PARAMS
+AUX_LOSS = base_layer.AUX_LOSS
+SUMMARIES = base_layer.SUMMARIES
+NON_TRAINABLE = base_layer.NON_TRAINABLE
+RANDOM = base_layer.RANDOM
+DECODE_CACHE = base_layer.DECODE_CACHE
+PREFIX_DECODE_CACHE = base_layer.PREFIX_DECODE_CACHE
+INTERMEDIATES = base_layer.INTERMEDIATES
+
+SCAN_VARIABLE_AXES = {
+    PARAMS: 0,
+    AUX_LOSS: 0,
+    SUMMARIES: 0,
+    NON_TRAINABLE: 0,
+    DECODE_CACHE: 0,
+    PREFIX_DECODE_CACHE: 0,
+}
+_CACHES = (DECODE_CACHE, PREFIX_DECODE_CACHE)
+
+
+def _sum_over_layers(tree: Any) -> Any:
+  """Auxiliary losses of the stacked layers, summed over the stack."""
+  return jax.tree.map(lambda x: jnp.sum(x, axis=0), tree)
+
+
+def _unpack(tree: Any, x_times: int) -> Any:
+  """Stacked summaries [x_times, ...] -> lists of x_times values."""
+  return jax.tree.map(lambda x: list(jnp.split(x, x_times)), tree)
+
+
+def _repack(tree: Any) -> Any:
+  """Lists of per-layer summaries -> stacked arrays."""
+  return jax.tree.map(
+      lambda x: jnp.concatenate(x) if isinstance(x, list) else x,
+      tree,
+      is_leaf=lambda x: isinstance(x, list),
+  )
+
+
+def _ensure_tuple(x: Any) -> tuple[Any, ...]:
+  return x if isinstance(x, tuple) else (x,)
+
+
+class Repeat(base_layer.BaseLayer):
+  """Applies the sub-layer `x_times`, each time with its own variables.
+
+  The sub-layer maps its first input to an output of the same structure;
+  other inputs are passed to every repetition unchanged.
+
+  Attributes:
+    sub_tpl: Template of the sub-layer.
+    x_times: Number of repetitions.
+    unpack_summaries: Report each summary as x_times values (else one
+      stacked array).
+    checkpoint_policy: Which activations the backward pass keeps (the body is
+      rematerialized with `checkpoint_policy.custom_policy`).
+    unroll_in_decode: Decode with a Python loop over per-layer caches.
+    sublayer_name: Name of the sub-layer (part of the variable paths).
+    optimizer_dims_mapping: Sharding of the repeat dim in the optimizer
+      states.
+    collect_intermediate_outputs: Sow each repetition's output as
+      `intermediates/repeat_intermediates`.
+    return_intermediate_outputs: Return every repetition's output, stacked
+      [x_times, ...], instead of the last.
+    nd_prefix_shape: Only None (or [x_times]) is supported.
+    positional_args_as_scan_carry: Thread all positional inputs through the
+      repetitions (the sub-layer returns a tuple of them).
+  """
+
+  sub_tpl: LayerTpl | None = base_layer.template_field(None)
+  x_times: int = 0
+  unpack_summaries: bool = False
+  checkpoint_policy: AutodiffCheckpointType = (
+      AutodiffCheckpointType.SAVE_NOTHING
+  )
+  unroll_in_decode: bool = False
+  sublayer_name: str = 'sub'
+  optimizer_dims_mapping: SplitDimsMapping = None
+  collect_intermediate_outputs: bool = False
+  return_intermediate_outputs: bool = False
+  nd_prefix_shape: Sequence[int] | None = None
+  positional_args_as_scan_carry: bool = False
+
+  class WeightSharding(base_layer.BaseLayer.WeightSharding):
+    """Sharding of the stacked variables.
+
+    Attributes:
+      sub: Sharding of the repeat dim, e.g. [None] or ['stage'].
+    """
+
+    sub: SplitDimsMapping = None
+
+  def setup(self) -> None:
+    where = f'Repeat ({self.name})'
+    if self.x_times <= 0:
+      raise ValueError(f'{where}: x_times must be positive, got '
+                       f'{self.x_times}.')
+    if self.sub_tpl is None:
+      raise ValueError(f'{where}: sub_tpl must be set.')
+    nd = self.nd_prefix_shape
+    if nd is not None and list(nd) != [self.x_times]:
+      raise ValueError(f'{where}: nd_prefix_shape {nd} is not supported; '
+                       'only None or [x_times].')
+    sub = self.weight_split_dims_mapping.sub
+    if sub is not None and len(sub) != 1:
+      raise ValueError(f'{where}: weight_split_dims_mapping.sub must have one '
+                       f'entry, got {sub}.')
+    self.create_child(self.sublayer_name, self.sub_tpl)
+
+  @property
+  def sublayer(self) -> base_layer.BaseLayer:
+    """The repeated layer."""
+    return getattr(self, self.sublayer_name)
+
+  # -- Scans ------------------------------------------------------------------
+
+  def _scan(self, body_fn: Callable[..., Any], remat: bool) -> Callable:
+    """`body_fn(sub, carry) -> (carry, y)` scanned over the stack."""
+    if remat:
+      body_fn = nn.remat(
+          body_fn,
+          prevent_cse=False,
+          policy=checkpoint_policy.custom_policy(self.checkpoint_policy),
+      )
+    initializing = self.is_initializing()
+    scan_fn = nn.scan(
+        body_fn,
+        variable_axes=SCAN_VARIABLE_AXES,
+        split_rngs={PARAMS: initializing, RANDOM: True},
+        length=self.x_times,
+        metadata_params={
+            'is_initializing': initializing,
+            'sub_weight_split_dims_mapping': self.weight_split_dims_mapping.sub,
+            'x_times': self.x_times,
+            'optimizer_dims_mapping': self.optimizer_dims_mapping,
+        },
+    )
+    scan_fn = nn.map_variables(
+        scan_fn,
+        SUMMARIES,
+        mutable=self.is_mutable_collection(SUMMARIES),
+        trans_in_fn=_repack if self.unpack_summaries else lambda t: t,
+        trans_out_fn=(
+            functools.partial(_unpack, x_times=self.x_times)
+            if self.unpack_summaries
+            else lambda t: t
+        ),
+    )
+    return nn.map_variables(
+        scan_fn,
+        AUX_LOSS,
+        mutable=self.is_mutable_collection(AUX_LOSS),
+        trans_out_fn=_sum_over_layers,
+    )
+
+  def _per_layer_caches(self, fn: Callable) -> Callable:
+    """Stores the scanned (stacked) caches of `fn` as `layer{i}` subtrees."""
+
+    def unstack(tree: dict[str, Any]) -> dict[str, Any]:
+      return {
+          collection: {
+              f'layer{i}': jax.tree.map(lambda x, i=i: x[i], subtree)
+              for i in range(self.x_times)
+          }
+          for collection, subtree in tree.items()
+      }
+
+    return nn.map_variables(
+        fn,
+        list(_CACHES),
+        mutable=True,
+        trans_in_fn=lambda tree: {},
+        trans_out_fn=unstack,
+    )
+
+  def __call__(self, inputs: NestedJTensor, *args: Any, **kwargs: Any) -> Any:
+    """Runs the stack on `inputs`.
+
+    Args:
+      inputs: The first input of the sub-layer, threaded through the stack.
+      *args: Further positional inputs, the same for every repetition (or
+        threaded too, with `positional_args_as_scan_carry`).
+      **kwargs: Keyword inputs, the same for every repetition.
+
+    Returns:
+      The last repetition's output (or all of them, stacked, with
+      `return_intermediate_outputs`).
+    """
+
+    def body_fn(sub, layer_in):
+      if self.positional_args_as_scan_carry:
+        layer_out = _ensure_tuple(sub(*layer_in, **kwargs))
+      else:
+        layer_out = sub(layer_in, *args, **kwargs)
+      asserts.assert_same_structure(layer_in, layer_out)
+      collect = (
+          self.collect_intermediate_outputs or self.return_intermediate_outputs
+      )
+      return layer_out, layer_out if collect else None
+
+    scan_fn = self._scan(body_fn, remat=True)
+    if self.unroll_in_decode and self.is_mutable_collection(DECODE_CACHE):
+      scan_fn = self._per_layer_caches(scan_fn)
+    carry = (inputs,) + args if self.positional_args_as_scan_carry else inputs
+    layer_out, intermediates = scan_fn(self.sublayer, carry)
+    if self.collect_intermediate_outputs:
+      self.sow(INTERMEDIATES, 'repeat_intermediates', intermediates)
+    if self.return_intermediate_outputs:
+      return intermediates
+    return layer_out
+
+  # -- Decoding ---------------------------------------------------------------
+
+  def _run_layer(self, fn: Callable, i: int, inputs: Any) -> Any:
+    """`fn(sub, inputs)` on layer i's variables and its `layer{i}` caches."""
+    key, saved = f'layer{i}', {}
+
+    def select_layer(tree: dict[str, Any]) -> dict[str, Any]:
+      saved.update(tree)
+      return {col: dict(sub).get(key, {}) for col, sub in tree.items()}
+
+    def restore_layer(tree: dict[str, Any]) -> dict[str, Any]:
+      out = {col: dict(sub) for col, sub in saved.items()}
+      for col, sub in tree.items():
+        out.setdefault(col, {})[key] = sub
+      return out
+
+    mapped = nn.map_variables(
+        fn,
+        list(_CACHES),
+        mutable=True,
+        trans_in_fn=select_layer,
+        trans_out_fn=restore_layer,
+    )
+    mapped = nn.map_variables(
+        mapped,
+        [PARAMS, NON_TRAINABLE],
+        mutable=False,
+        trans_in_fn=lambda tree: jax.tree.map(lambda x: x[i], tree),
+    )
+    mapped = nn.map_variables(mapped, [SUMMARIES, AUX_LOSS], mutable=False)
+    return mapped(self.sublayer, inputs)
+
+  def _run_unrolled(self, fn: Callable, inputs: Any) -> Any:
+    out = inputs
+    for i in range(self.x_times):
+      out, _ = self._run_layer(fn, i, out)
+    return out
+
+  def _for_each_layer(self, fn: Callable[[base_layer.BaseLayer], None]):
+    """Runs `fn(sub)` on every layer (decoding-state updates)."""
+
+    def body_fn(sub, carry):
+      fn(sub)
+      return carry, None
+
+    if self.unroll_in_decode:
+      self._run_unrolled(body_fn, None)
+    else:
+      self._scan(body_fn, remat=False)(self.sublayer, None)
+
+  def init_states(self, *args: Any, **kwargs: Any) -> None:
+    """Calls `sub.init_states(*args, **kwargs)` on every layer."""
+    self._for_each_layer(lambda sub: sub.init_states(*args, **kwargs))
+
+  def extend_step(
+      self, step_inputs: NestedJTensor, *args: Any, **kwargs: Any
+  ) -> Any:
+    """Runs `sub.extend_step` through the stack.
+
+    Args:
+      step_inputs: The first input of the bottom layer's `extend_step`.
+      *args: Further positional inputs of every layer.
+      **kwargs: Keyword inputs of every layer.
+
+    Returns:
+      The output of the top layer.
+    """
+
+    def body_fn(sub, layer_in):
+      layer_out = sub.extend_step(layer_in, *args, **kwargs)
+      asserts.assert_same_structure(layer_in, layer_out)
+      return layer_out, None
+
+    if self.unroll_in_decode:
+      return self._run_unrolled(body_fn, step_inputs)
+    scan_fn = nn.map_variables(
+        self._scan(body_fn, remat=False), PREFIX_DECODE_CACHE, mutable=False
+    )
+    layer_out, _ = scan_fn(self.sublayer, step_inputs)
+    return layer_out
+
+  def transform_decode_state(
+      self, transform_fn: Callable[[JTensor, int, int], JTensor]
+  ) -> None:
+    """Calls `sub.transform_decode_state(transform_fn)` on every layer."""
+    self._for_each_layer(lambda sub: sub.transform_decode_state(transform_fn))
+
+  def lazy_broadcast_prefix(
+      self, num_suffix_samples: int, suffix_length: int
+  ) -> None:
+    """Calls `sub.lazy_broadcast_prefix` on every layer."""
+    self._for_each_layer(
+        lambda sub: sub.lazy_broadcast_prefix(num_suffix_samples, suffix_length)
+    )
+
+  def right_align_decode_state_with_prefix(
+      self, max_prefix_size: int, right_align_fn: Callable[..., JTensor]
+  ) -> None:
+    """Calls `sub.right_align_decode_state_with_prefix` on every layer."""
+    self._for_each_layer(
+        lambda sub: sub.right_align_decode_state_with_prefix(
+            max_prefix_size, right_align_fn
+        )
+    )
