@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+from paxml import mfu
 from paxml import trainer_lib
 from praxis import py_utils
 
@@ -187,7 +188,8 @@ class Partitioner:
       is_eval: Whether it is an eval step (its state is not updated).
 
     Returns:
-      `fn(state, prng_key, inputs) -> (state or None, outputs)`.
+      `fn(state, prng_key, inputs) -> (state or None, outputs)`, with a
+      `flops` attribute (XLA's count for one call) after its first call.
     """
     fn = functools.partial(
         step_fn,
@@ -203,11 +205,32 @@ class Partitioner:
         donate_argnums=() if is_eval else (0,),
     )
 
-    def run(state, prng_key, inputs):
-      with jax.set_mesh(self.mesh):
-        return jitted(state, prng_key, inputs)
+    return _CompiledStep(jitted, self.mesh)
 
-    return run
+
+class _CompiledStep:
+  """A jitted step compiled ahead of time on first call (for its FLOPs).
+
+  Attributes:
+    flops: XLA's FLOP count of one call, once compiled (None if unknown).
+  """
+
+  def __init__(self, jitted: Any, mesh: jax.sharding.Mesh):
+    self._jitted = jitted
+    self._mesh = mesh
+    self._compiled = None
+    self.flops = None
+
+  def __call__(self, state: Any, prng_key: jax.Array, inputs: Any) -> Any:
+    with jax.set_mesh(self._mesh):
+      if self._compiled is None:
+        self._compiled = self._jitted.lower(state, prng_key, inputs).compile()
+        self.flops = mfu.compiled_flops(self._compiled)
+      try:
+        return self._compiled(state, prng_key, inputs)
+      except TypeError:
+        # Inputs of another shape (e.g. a last eval batch): the jit retraces.
+        return self._jitted(state, prng_key, inputs)
 
 
 def create_partitioner(task: Any) -> Partitioner:

@@ -22,6 +22,7 @@ from absl import logging
 import jax
 import numpy as np
 from paxml import base_metrics
+from paxml import mfu
 from paxml import partitioning
 from paxml import summary_utils
 from paxml import trainer_lib
@@ -137,9 +138,14 @@ class SingleTaskTrainProgram(Program):
     steps_per_sec = (step - self._last_step) / elapsed
     tokens_per_sec = self._tokens * jax.process_count() / elapsed
     eta = (self.num_train_steps - step) / max(steps_per_sec, 1e-9)
+    utilisation = mfu.mfu(self._step_fn.flops, steps_per_sec,
+                          jax.device_count(), jax.devices()[0].device_kind)
     logging.info(
-        'step %d/%d loss %.5f, %.2f steps/sec, %.0f tokens/sec, ETA %.0fs',
-        step, self.num_train_steps, loss, steps_per_sec, tokens_per_sec, eta)
+        'step %d/%d loss %.5f, %.2f steps/sec, %.0f tokens/sec, ETA %.0fs%s',
+        step, self.num_train_steps, loss, steps_per_sec, tokens_per_sec, eta,
+        '' if utilisation is None else f', MFU {100 * utilisation:.1f}%')
+    if utilisation is not None:
+      self._writer.add_scalar('MFU', utilisation, step)
     summaries = dict(outputs.summary_tensors or {})
     summary_utils.write_summary_entry(
         self._writer, step, loss, _scalars(outputs.weighted_scalars),

@@ -1,0 +1,66 @@
+"""Model FLOPs utilisation: the step's FLOPs against the devices' peak.
+
+Public names: PEAK_BF16_TFLOPS, peak_flops_per_device, compiled_flops, mfu.
+
+The FLOPs of a step are XLA's own count for the compiled step (its cost
+analysis), so they include everything the step computes (forward, backward,
+optimizer). Peaks are dense bf16 matrix-unit figures from the vendors' data
+sheets, per device as JAX sees it (a TPU v4 chip, a GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Dense bf16 peak TFLOP/s per device, keyed by a substring of
+# `jax.Device.device_kind` (matched longest first).
+PEAK_BF16_TFLOPS = {
+    'TPU v4': 275.0,
+    'TPU v5 lite': 197.0,  # v5e.
+    'TPU v5e': 197.0,
+    'TPU v5p': 459.0,
+    'TPU v5': 459.0,
+    'TPU v6 lite': 918.0,  # Trillium (v6e).
+    'A100': 312.0,
+    'H100': 989.0,
+    'H200': 989.0,
+}
+
+
+def peak_flops_per_device(device_kind: str) -> float | None:
+  """Peak bf16 FLOP/s of one device of this kind, or None if unknown."""
+  for key in sorted(PEAK_BF16_TFLOPS, key=len, reverse=True):
+    if key.lower() in device_kind.lower():
+      return PEAK_BF16_TFLOPS[key] * 1e12
+  return None
+
+
+def compiled_flops(compiled: Any) -> float | None:
+  """FLOPs of one call of a compiled computation, per XLA's cost analysis."""
+  try:
+    analysis = compiled.cost_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if isinstance(analysis, (list, tuple)):
+    analysis = analysis[0] if analysis else None
+  flops = (analysis or {}).get('flops')
+  return float(flops) if flops and flops > 0 else None
+
+
+def mfu(flops_per_step: float | None, steps_per_sec: float, num_devices: int,
+        device_kind: str) -> float | None:
+  """Achieved FLOP/s over the peak of `num_devices` devices, or None.
+
+  Args:
+    flops_per_step: FLOPs of one step on all devices together.
+    steps_per_sec: Measured steps per second.
+    num_devices: Devices the step runs on.
+    device_kind: `jax.devices()[0].device_kind`.
+
+  Returns:
+    A fraction in [0, 1] (None on devices without a known peak).
+  """
+  peak = peak_flops_per_device(device_kind)
+  if not flops_per_step or peak is None:
+    return None
+  return flops_per_step * steps_per_sec / (peak * num_devices)
