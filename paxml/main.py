@@ -12,6 +12,7 @@ This is the only module that reads flags.
 """
 
 import importlib
+import os
 import pathlib
 import sys
 
@@ -92,13 +93,23 @@ def _overrides() -> list[str]:
   return list(flags.FLAGS.fdl_set or []) + extra
 
 
+def _cluster_detected() -> bool:
+  """Whether the environment says this is one process of several."""
+  env = os.environ
+  counts = (env.get('SLURM_NTASKS'), env.get('OMPI_COMM_WORLD_SIZE'))
+  if any(c and c.isdigit() and int(c) > 1 for c in counts):
+    return True
+  return ',' in env.get('TPU_WORKER_HOSTNAMES', '')
+
+
 def _maybe_initialize_distributed() -> None:
+  """Starts jax.distributed from the flags, or from a detected cluster."""
   if _SERVER_ADDR.value is not None:
     jax.distributed.initialize(coordinator_address=_SERVER_ADDR.value,
                                num_processes=_NUM_HOSTS.value,
                                process_id=_HOST_IDX.value)
-  elif _MULTIPROCESS_GPU.value:
-    jax.distributed.initialize()
+  elif _MULTIPROCESS_GPU.value or _cluster_detected():
+    jax.distributed.initialize()  # JAX reads SLURM, TPU, MPI, ... settings.
 
 
 def run(argv) -> None:
