@@ -1,0 +1,323 @@
+"""Tests of TransformerLm and TransformerEncoderDecoder."""
+
+import functools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from praxis import base_layer
+from praxis import decoder_utils
+from praxis import pax_fiddle
+from praxis import py_utils
+from praxis import test_utils
+from praxis.layers import embedding_softmax
+from praxis.layers import transformer_models
+from praxis.layers import transformers
+
+NestedMap = py_utils.NestedMap
+PartitionSpec = jax.sharding.PartitionSpec
+DECODE_CACHE = base_layer.DECODE_CACHE
+instantiate = base_layer.instantiate
+VOCAB, D, HEADS, HIDDEN, B, T = 32, 16, 4, 32, 2, 8
+MESH_NAMES = ('replica', 'data', 'mdl')
+
+
+def lm_config(num_kv_heads=None, **kwargs):
+  p = pax_fiddle.Config(transformer_models.TransformerLm, name='lm',
+                        model_dims=D, vocab_size=VOCAB, **kwargs)
+  p.stacked_transformer_tpl.set(num_layers=2, num_heads=HEADS,
+                                hidden_dims=HIDDEN, dim_per_head=D // HEADS)
+  layer_p = p.stacked_transformer_tpl.transformer_layer_params_tpl
+  layer_p.tr_atten_tpl.num_kv_heads = num_kv_heads
+  return p
+
+
+def random_variables(rng, layer, *args):
+  """Random normal variables with the shapes `layer.init` would give."""
+  shapes = jax.eval_shape(layer.init, jax.random.PRNGKey(0), *args)
+  return jax.tree.map(
+      lambda v: jnp.asarray(0.3 * rng.standard_normal(v.shape), jnp.float32),
+      shapes)
+
+
+def np_log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+class ExtendStepTest(test_utils.TestCase):
+
+  @parameterized.named_parameters(
+      ('multi_head', {}),
+      ('grouped_query', {'num_kv_heads': 2}),
+  )
+  def test_extend_step_matches_the_forward_pass(self, kwargs):
+    lm = instantiate(lm_config(**kwargs))
+    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    paddings = jnp.zeros((B, T))
+    variables = random_variables(self.rng, lm, ids, paddings)
+    prefix = 3
+
+    def fprop_keeping_prefix(m, ids, paddings):
+      # The caches keep the first `prefix` steps, then room for the rest.
+      out = m(ids, paddings, start_time_step=prefix)
+      m.transform_decode_state(decoder_utils.slice_state_fn(0, prefix))
+      m.transform_decode_state(decoder_utils.pad_state_fn(T - prefix))
+      return out.logits
+
+    full, cache = jax.jit(functools.partial(
+        lm.apply, method=fprop_keeping_prefix, mutable=[DECODE_CACHE]))(
+            variables, ids, paddings)
+    self.assertEqual(cache[DECODE_CACHE]['transformer']['x_layers_0'][
+        'self_attention']['key_state'].shape[1], T)
+
+    @jax.jit
+    def step(cache, ids_t):
+      return lm.apply({**variables, **cache}, ids_t, method=lm.extend_step,
+                      mutable=[DECODE_CACHE])
+
+    for t in range(prefix, T):
+      out, cache = step(cache, ids[:, t])
+      self.assertAllClose(out.logits, full[:, t], atol=1e-5, rtol=1e-5)
+      self.assertAllClose(out.log_probs, np_log_softmax(np.asarray(
+          full[:, t])), atol=1e-5)
+    self.assertEqual(int(cache[DECODE_CACHE]['time_step']), T)
+
+
+class ShardingTest(test_utils.TestCase):
+
+  def _config(self):
+    p = lm_config(position_emb_tpl=pax_fiddle.Config(
+        embedding_softmax.TrainablePositionalEmbedding, max_seq_length=T))
+    return p
+
+  def test_partition_specs_follow_the_annotations(self):
+    p = transformer_models.TransformerLm.set_sharding_params_v1(
+        self._config(), replica_axis='replica', data_axis='data',
+        mdl_axis='mdl', ici_mesh_shape=[1, 2, 4], mesh_axis_names=MESH_NAMES,
+        training_optimized=True)
+    ids = jnp.zeros((B, T), jnp.int32)
+    meta = instantiate(p).abstract_init_with_metadata(ids, jnp.zeros((B, T)))
+    specs = base_layer.var_partition_specs(meta, [1, 2, 4], MESH_NAMES)
+    params = specs['params']
+    layer = params['transformer']['x_layers_0']
+    expected = [
+        # [D, V]: the [V, D] table's [mdl, data], transposed.
+        (params['softmax']['logits_ffn']['linear']['w'], ('data', 'mdl')),
+        (layer['self_attention']['query']['w'], ('data', 'mdl', None)),
+        (layer['self_attention']['post']['w'], ('data', 'mdl', None)),
+        (layer['ff_layer']['ffn_layer1']['linear']['w'], ('data', 'mdl')),
+        (layer['ff_layer']['ffn_layer2']['linear']['w'], ('mdl', 'data')),
+        (params['position_emb']['emb_var'], ('data', 'mdl')),
+        (params['final_ln']['scale'], (None,)),
+    ]
+    for spec, axes in expected:
+      self.assertEqual(spec, PartitionSpec(*axes))
+    self.assertEqual(p.softmax_tpl.lookup_style, 'matmul')
+    ff_act = (p.stacked_transformer_tpl.transformer_layer_params_tpl
+              .tr_fflayer_tpl.activation_split_dims_mapping)
+    self.assertEqual(ff_act.ffn0, [('replica', 'data'), None, 'mdl'])
+
+  def test_sharded_forward_equals_single_device(self):
+    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    paddings = jnp.zeros((B, T))
+    plain = instantiate(self._config())
+    variables = random_variables(self.rng, plain, ids, paddings)
+    expected = jax.jit(plain.apply)(variables, ids, paddings).logits
+    p = transformer_models.TransformerLm.set_sharding_params_v1(
+        self._config(), replica_axis='replica', data_axis='data',
+        mdl_axis='mdl', ici_mesh_shape=[1, 2, 4], mesh_axis_names=MESH_NAMES,
+        training_optimized=True)
+    lm = instantiate(p)
+    specs = base_layer.var_partition_specs(
+        lm.abstract_init_with_metadata(ids, paddings), [1, 2, 4], MESH_NAMES)
+    mesh = jax.sharding.Mesh(
+        np.array(jax.devices()[:8]).reshape(1, 2, 4), MESH_NAMES)
+    sharded = jax.tree.map(
+        lambda x, s: jax.device_put(x, jax.sharding.NamedSharding(mesh, s)),
+        variables, specs)
+    with jax.set_mesh(mesh):
+      logits = jax.jit(lm.apply)(sharded, ids, paddings).logits
+    self.assertAllClose(logits, expected, atol=1e-5, rtol=1e-5)
+    query_w = sharded['params']['transformer']['x_layers_0'][
+        'self_attention']['query']['w']
+    self.assertEqual(query_w.addressable_shards[0].data.shape,
+                     (D // 2, HEADS // 4, D // HEADS))
+
+  def test_unknown_custom_sharding_is_rejected(self):
+    with self.assertRaisesRegex(ValueError, 'unknown shardings'):
+      transformer_models.TransformerLm.set_custom_sharding_params(
+          lm_config(), ici_mesh_shape=[1, 2, 4], mesh_axis_names=MESH_NAMES,
+          w_xyz=['data'])
+
+
+class LossTest(test_utils.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.lm = instantiate(lm_config(softmax_tpl=pax_fiddle.Config(
+        embedding_softmax.SharedEmbeddingSoftmax, z_loss_weight=0.1)))
+    ids = jnp.zeros((B, T), jnp.int32)
+    self.variables = random_variables(self.rng, self.lm, ids,
+                                      jnp.zeros((B, T)))
+    self.acts = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    self.labels = NestedMap(
+        class_ids=jnp.asarray(self.rng.integers(0, VOCAB, (B, T))),
+        class_weights=jnp.asarray(self.rng.integers(0, 2, (B, T)),
+                                  jnp.float32))
+
+  def test_loss_adds_the_aux_loss_collection(self):
+    out, _ = self.lm.apply(
+        self.variables, jnp.asarray(self.acts), self.labels,
+        method=self.lm.compute_loss,
+        mutable=[base_layer.AUX_LOSS, base_layer.SUMMARIES])
+    softmax = self.variables['params']['softmax']['logits_ffn']
+    logits = self.acts @ np.asarray(softmax['linear']['w']) + np.asarray(
+        softmax['bias']['b'])
+    logp = np_log_softmax(logits)
+    ids, w = np.asarray(self.labels.class_ids), np.asarray(
+        self.labels.class_weights)
+    xent = -np.take_along_axis(logp, ids[..., None], -1)[..., 0]
+    avg_xent = (xent * w).sum() / w.sum()
+    lse = np.log(np.exp(logits).sum(-1))
+    z_loss = 0.1 * (lse**2 * w).sum() / w.sum()
+    self.assertAllClose(out.avg_xent, avg_xent, atol=1e-5, rtol=1e-5)
+    self.assertAllClose(out.per_sequence_xent, (xent * w).sum(-1), atol=1e-4,
+                        rtol=1e-5)
+    self.assertAllClose(out.aux_loss, z_loss, atol=1e-4, rtol=1e-5)
+    self.assertAllClose(out.total_loss, avg_xent + z_loss, atol=1e-4,
+                        rtol=1e-5)
+
+  def test_without_labels_returns_normalized_logits(self):
+    out = self.lm.apply(self.variables, jnp.asarray(self.acts),
+                        method=self.lm.compute_loss)
+    self.assertAllClose(out.log_probs, np_log_softmax(np.asarray(out.logits)),
+                        atol=1e-5)
+    self.assertAllClose(np.asarray(out.probs).sum(-1), np.ones((B, T)),
+                        atol=1e-5)
+
+
+class MaskTest(test_utils.TestCase):
+
+  def test_prefix_tokens_see_the_whole_prefix(self):
+    p = lm_config(model_type=transformer_models.LanguageModelType.PREFIX)
+    lm = instantiate(p)
+    ids = self.rng.integers(0, VOCAB, (1, T))
+    paddings = jnp.zeros((1, T))
+    variables = random_variables(self.rng, lm, jnp.asarray(ids), paddings)
+    run = jax.jit(lambda ids, causal: lm.apply(
+        variables, ids, paddings, causal_attention_mask=causal).logits)
+    prefix = (np.arange(T) >= 3).astype(np.int32)[None]  # 3 prefix tokens
+    causal = np.ones((1, T), np.int32)
+    changed_2 = ids.copy()
+    changed_2[0, 2] = (ids[0, 2] + 1) % VOCAB
+    changed_5 = ids.copy()
+    changed_5[0, 5] = (ids[0, 5] + 1) % VOCAB
+    base = run(ids, prefix)
+    # Token 0 sees token 2 of its prefix, never token 5.
+    self.assertNotAllClose(run(changed_2, prefix)[0, 0], base[0, 0])
+    self.assertAllClose(run(changed_5, prefix)[0, :5], base[0, :5])
+    # Causal everywhere: token 0 does not see token 2.
+    self.assertAllClose(run(changed_2, causal)[0, :2], run(ids, causal)[0, :2])
+
+
+class ConfigErrorTest(test_utils.TestCase):
+
+  def _init(self, p, ids=None):
+    ids = jnp.zeros((1, 4), jnp.int32) if ids is None else ids
+    jax.eval_shape(instantiate(p).init, jax.random.PRNGKey(0), ids,
+                   jnp.zeros(ids.shape))
+
+  def test_bad_configs_name_the_field(self):
+    with self.assertRaisesRegex(ValueError, r'TransformerLm \(lm\).*vocab'):
+      self._init(lm_config().set(vocab_size=0))
+    with self.assertRaisesRegex(ValueError, 'ngrammer'):
+      self._init(lm_config().set(ngrammer_tpl=pax_fiddle.Config(
+          embedding_softmax.Embedding)))
+    p = lm_config()
+    p.stacked_transformer_tpl.model_dims = 8
+    with self.assertRaisesRegex(ValueError, 'model_dims 8'):
+      self._init(p)
+    p = lm_config()
+    p.stacked_transformer_tpl = pax_fiddle.Config(
+        transformers.TransformerFeedForward)
+    with self.assertRaisesRegex(TypeError, 'StackedTransformer'):
+      self._init(p)
+
+  def test_bidirectional_model_cannot_extend(self):
+    lm = instantiate(lm_config(
+        model_type=transformer_models.LanguageModelType.BIDIRECTIONAL))
+    with self.assertRaisesRegex(ValueError, 'CAUSAL or PREFIX'):
+      jax.eval_shape(functools.partial(lm.init, method=lm.extend_step),
+                     jax.random.PRNGKey(0), jnp.zeros((2,), jnp.int32))
+
+  def test_segment_pos_needs_segment_ids(self):
+    lm = instantiate(lm_config())
+    ids = jnp.zeros((1, 4), jnp.int32)
+    with self.assertRaisesRegex(ValueError, 'segment_pos needs segment_ids'):
+      jax.eval_shape(functools.partial(lm.init, segment_pos=ids),
+                     jax.random.PRNGKey(0), ids, jnp.zeros((1, 4)))
+
+
+def enc_dec_config():
+  p = pax_fiddle.Config(transformer_models.TransformerEncoderDecoder,
+                        name='encdec', model_dims=D)
+  p.softmax_tpl.num_classes = VOCAB
+  common = {'num_layers': 1, 'num_heads': HEADS, 'hidden_dims': HIDDEN}
+  p.encoder_stacked_transformer_tpl = pax_fiddle.Config(
+      transformers.StackedTransformer, mask_self_attention=False, **common)
+  p.decoder_stacked_transformer_tpl = pax_fiddle.Config(
+      transformers.StackedTransformer, mask_self_attention=True,
+      use_cross_attention=True, **common)
+  return p
+
+
+class EncoderDecoderTest(test_utils.TestCase):
+
+  def test_extend_step_matches_the_forward_pass(self):
+    model = instantiate(enc_dec_config())
+    src = jnp.asarray(self.rng.integers(0, VOCAB, (B, 5)), jnp.int32)
+    src_paddings = jnp.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], jnp.float32)
+    tgt = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    tgt_paddings = jnp.zeros((B, T))
+    variables = random_variables(self.rng, model, src, src_paddings, tgt,
+                                 tgt_paddings)
+
+    def fprop_keeping_first_step(m):
+      out = m(src, src_paddings, tgt, tgt_paddings)
+      m.transform_decode_state(decoder_utils.slice_state_fn(0, 1))
+      m.transform_decode_state(decoder_utils.pad_state_fn(T - 1))
+      return out.logits
+
+    full, cache = jax.jit(functools.partial(
+        model.apply, method=fprop_keeping_first_step,
+        mutable=[DECODE_CACHE]))(variables)
+
+    @jax.jit
+    def step(cache, ids_t):
+      return model.apply({**variables, **cache}, ids_t,
+                         method=model.extend_step, mutable=[DECODE_CACHE])
+
+    for t in range(T):
+      out, cache = step(cache, tgt[:, t])
+      self.assertAllClose(out.logits, full[:, t], atol=1e-5, rtol=1e-5)
+
+  def test_stacks_must_be_set_and_masked_right(self):
+    p = enc_dec_config()
+    p.encoder_stacked_transformer_tpl.mask_self_attention = True
+    ids = jnp.zeros((1, 3), jnp.int32)
+    pads = jnp.zeros((1, 3))
+    with self.assertRaisesRegex(ValueError, 'encoder stack must have'):
+      jax.eval_shape(instantiate(p).init, jax.random.PRNGKey(0), ids, pads,
+                     ids, pads)
+    p = enc_dec_config().set(decoder_stacked_transformer_tpl=None)
+    with self.assertRaisesRegex(ValueError, 'decoder_stacked_transformer_tpl'):
+      jax.eval_shape(instantiate(p).init, jax.random.PRNGKey(0), ids, pads,
+                     ids, pads)
+
+
+if __name__ == '__main__':
+  absltest.main()
