@@ -3,11 +3,13 @@
 Public names: compute_attention_masks_for_fprop,
 compute_attention_masks_for_extend_step, top2_gating, TransformerFeedForward,
 TransformerFeedForwardMoe, Transformer, StackedTransformer,
-StackedTransformerRepeated.
+StackedTransformerRepeated, PipelinedTransformer,
+PipelineCompatibleStackedTransformerRepeated.
 
 A stack builds its attention masks from paddings (and causality, segments)
 and runs its layers; the repeated stack holds one block's variables stacked
-`x_times` and runs it with `repeats.Repeat` (an `nn.scan`):
+`x_times` and runs it with `repeats.Repeat` (an `nn.scan`); the pipelined
+stack runs stages of layers as a pipeline (`pipeline.py`):
 
   stack = base_layer.instantiate(pax_fiddle.Config(
       transformers.StackedTransformer, name='stack', num_layers=2,
@@ -18,7 +20,7 @@ and runs its layers; the repeated stack holds one block's variables stacked
 Decoding: run the stack once with the `decoder_cache` collection mutable to
 fill the attention caches, then call `extend_step` for each new position.
 
-The file is past 800 lines because each of the six layers carries upstream's
+The file is past 800 lines because each of its layers carries upstream's
 full field list (with docstrings) and its decoding path.
 """
 
@@ -41,6 +43,7 @@ from praxis.layers import attentions
 from praxis.layers import checkpoint_policy
 from praxis.layers import linears
 from praxis.layers import normalizations
+from praxis.layers import pipeline
 from praxis.layers import repeats
 from praxis.layers import stochastics
 
@@ -1175,3 +1178,160 @@ class StackedTransformerRepeated(base_layer.BaseLayer):
     self.repeat_layer.right_align_decode_state_with_prefix(
         max_prefix_size, right_align_fn
     )
+
+
+class PipelinedTransformer(base_layer.BaseLayer):
+  """A stack of transformer stages run as a pipeline (`pipeline.py`).
+
+  The variables live under `pipeline/body/...` with a leading dim of
+  num_pipeline_stages L; in the circular schedule they are
+  [circular_repeat, L, ...] and [r, s] is the pipeline_stage copy r * L + s
+  (stage s runs copies s, s + L, ...).
+
+  Attributes:
+    pipeline_stage: Template of one stage (a StackedTransformer or
+      StackedTransformerRepeated).
+    circular_repeat: Copies of pipeline_stage held by each stage, in the
+      circular schedule (1: GPipe).
+    num_pipeline_stages: Number of stages.
+    num_pipeline_microbatches: Cut the batch into this many microbatches.
+    pipeline_microbatch_size: Or into microbatches of this size.
+    stream_io: Stream inputs and outputs through a stage-sharded buffer.
+    pipeline_broadcast_inputs: Pass paddings and masks stage to stage.
+    checkpoint_policy: What each rematerialized iteration keeps.
+    enable_async_circular_transfer: Kept for configs (see
+      CircularLayerwiseShardablePipelined).
+    bf16_accum_in_fp32: Accumulate bfloat16 gradients in float32.
+  """
+
+  pipeline_stage: LayerTpl = template_field(StackedTransformer)
+  circular_repeat: int = 1
+  num_pipeline_stages: int | None = None
+  num_pipeline_microbatches: int | None = None
+  pipeline_microbatch_size: int | None = None
+  stream_io: bool = False
+  pipeline_broadcast_inputs: bool = False
+  checkpoint_policy: AutodiffCheckpointType = (
+      AutodiffCheckpointType.SAVE_ITERATION_INPUT
+  )
+  enable_async_circular_transfer: bool = True
+  bf16_accum_in_fp32: bool = False
+
+  class WeightSharding(base_layer.BaseLayer.WeightSharding):
+    """Sharding of the stacked variables.
+
+    Attributes:
+      stages: One entry: the mesh axis of the stage dim.
+    """
+
+    stages: SplitDimsMapping = (None,)
+
+  class ActivationSharding(base_layer.BaseLayer.ActivationSharding):
+    """Sharding of the activations.
+
+    Attributes:
+      final_out: Of the output [B, T, D], after the pipeline.
+    """
+
+    final_out: SplitDimsMapping = None
+
+  def setup(self) -> None:
+    stages = self.num_pipeline_stages
+    if stages is None or stages <= 0:
+      raise ValueError(f'PipelinedTransformer ({self.name}): '
+                       f'num_pipeline_stages must be positive, got {stages}.')
+    fields = {
+        'num_stages': stages,
+        'single_stage_body': self.pipeline_stage.clone(),
+        'num_microbatches': self.num_pipeline_microbatches,
+        'microbatch_size': self.pipeline_microbatch_size,
+        'stream_io': self.stream_io,
+        'pipeline_broadcast_inputs': self.pipeline_broadcast_inputs,
+        'checkpoint_policy': self.checkpoint_policy,
+        'bf16_accum_in_fp32': self.bf16_accum_in_fp32,
+    }
+    if self.circular_repeat == 1:
+      p = pax_fiddle.Config(pipeline.LayerwiseShardablePipelined, **fields)
+    else:
+      p = pax_fiddle.Config(
+          pipeline.CircularLayerwiseShardablePipelined,
+          circular_repeat=self.circular_repeat,
+          enable_async_circular_transfer=self.enable_async_circular_transfer,
+          **fields,
+      )
+    p.weight_split_dims_mapping.stages = self.weight_split_dims_mapping.stages
+    self.create_child('pipeline', p)
+
+  def _bld_mapping(self) -> SplitDimsMapping:
+    """The [B, T, D] sharding of the stage's attention outputs."""
+    stage = self.pipeline_stage
+    if hasattr(stage, 'block'):  # StackedTransformerRepeated.
+      stage = stage.block
+    layer = getattr(stage, 'transformer_layer_params_tpl', None)
+    if isinstance(layer, (list, tuple)):
+      layer = layer[0]
+    atten = getattr(layer, 'tr_atten_tpl', None)
+    if atten is None:
+      return None
+    return getattr(atten.activation_split_dims_mapping, 'bld', None)
+
+  def __call__(
+      self,
+      inputs: JTensor,
+      paddings: JTensor,
+      segment_mask: JTensor | None = None,
+      cross_inputs: JTensor | None = None,
+      cross_paddings: JTensor | None = None,
+      cross_segment_mask: JTensor | None = None,
+      segment_pos: JTensor | None = None,
+  ) -> JTensor:
+    """Runs the pipeline; arguments as StackedTransformer.__call__."""
+    bld = self._bld_mapping()
+    names = self.mesh_axis_names
+    if not self.stream_io and bld is not None:  # Pin the batch sharding.
+      inputs = base_layer.maybe_shard(inputs, bld, names)
+      paddings = base_layer.maybe_shard(paddings, bld[:-1], names)
+      if segment_pos is not None:
+        segment_pos = base_layer.maybe_shard(segment_pos, bld[:-1], names)
+
+      def batch_only(x):
+        if x is None:
+          return None
+        rest = list(range(1, x.ndim))
+        return base_layer.maybe_shard(
+            x, [bld[0]] + [-1] * len(rest), names, rest
+        )
+
+      segment_mask, cross_inputs, cross_paddings, cross_segment_mask = map(
+          batch_only,
+          (segment_mask, cross_inputs, cross_paddings, cross_segment_mask),
+      )
+    outputs = self.pipeline(
+        inputs, paddings, segment_mask=segment_mask,
+        cross_inputs=cross_inputs, cross_paddings=cross_paddings,
+        cross_segment_mask=cross_segment_mask, segment_pos=segment_pos,
+    )
+    if not self.stream_io:
+      outputs = base_layer.maybe_shard(outputs, bld, names)
+    return base_layer.maybe_shard(
+        outputs, self.activation_split_dims_mapping.final_out, names
+    )
+
+  def extend_step(self, *args: Any, **kwargs: Any) -> JTensor:
+    """Not supported; decode with a PipelineCompatible...Repeated stack."""
+    raise NotImplementedError(
+        f'PipelinedTransformer ({self.name}) does not decode; load its '
+        'variables into a PipelineCompatibleStackedTransformerRepeated.'
+    )
+
+
+class PipelineCompatibleStackedTransformerRepeated(StackedTransformerRepeated):
+  """A StackedTransformerRepeated with a GPipe PipelinedTransformer's layout.
+
+  Its variables live under `pipeline/body/...`, so it runs (and decodes)
+  with the variables of a PipelinedTransformer whose circular_repeat is 1
+  and num_pipeline_stages equals x_times.
+  """
+
+  repeat_layer_name: str = 'pipeline'
+  sublayer_name: str = 'body'
