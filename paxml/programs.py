@@ -253,6 +253,9 @@ class SingleTaskDecodeProgram(Program):
     self._write_records(step, records)
     logging.info('decode %s at step %d: %d outputs %s', self.name, step,
                  len(records), final)
+    for key, value in records[:2]:
+      logging.info('decode %s sample %s: %s', self.name, key,
+                   str(value)[:500])
     return state, records
 
   def _write_records(self, step: int, records: list[Any]) -> None:
