@@ -21,6 +21,7 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from praxis import base_layer
 from praxis import pytypes
 
@@ -39,11 +40,13 @@ def _lowest(dtype: jnp.dtype) -> JTensor | float:
   raise ValueError(f'Pooling supports float and int inputs, not {dtype}.')
 
 
+# The init values of reduce_window are numpy constants: a traced (jnp) one
+# makes JAX use a generic reduction without a gradient rule under jit.
 def _window_sum(
     x: JTensor, window: Sequence[int], stride: Sequence[int], padding: str
 ) -> JTensor:
   return jax.lax.reduce_window(
-      x, jnp.zeros([], x.dtype), jax.lax.add, tuple(window), tuple(stride),
+      x, np.zeros((), x.dtype), jax.lax.add, tuple(window), tuple(stride),
       padding,
   )
 
@@ -52,7 +55,7 @@ def _window_max(
     x: JTensor, window: Sequence[int], stride: Sequence[int], padding: str
 ) -> JTensor:
   return jax.lax.reduce_window(
-      x, jnp.asarray(_lowest(x.dtype), x.dtype), jax.lax.max, tuple(window),
+      x, np.asarray(_lowest(x.dtype), x.dtype), jax.lax.max, tuple(window),
       tuple(stride), padding,
   )
 

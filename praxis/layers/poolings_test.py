@@ -98,6 +98,28 @@ class PoolingTest(test_utils.TestCase):
       _apply(layer, np.ones((1, 2, 2, 1), np.float32))
 
 
+class PoolingGradientTest(test_utils.TestCase):
+
+  @parameterized.parameters('MAX', 'AVG')
+  def test_jit_grad(self, kind):
+    # Each output of a 2x2 stride-2 pool of a 4x4 image sees 4 inputs: MAX
+    # routes the gradient to the largest one, AVG spreads 1/4 to each.
+    layer = _make(poolings.Pooling, window_shape=(2, 2), window_stride=(2, 2),
+                  pooling_type=kind, padding='VALID')
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+
+    def total(x):
+      return layer.apply({}, x)[0].sum()
+
+    grad = np.asarray(jax.jit(jax.grad(total))(x))[0, :, :, 0]
+    if kind == 'AVG':
+      expected = np.full((4, 4), 0.25, np.float32)
+    else:
+      expected = np.zeros((4, 4), np.float32)
+      expected[1::2, 1::2] = 1.0  # The bottom-right of each window is max.
+    np.testing.assert_allclose(grad, expected)
+
+
 class GlobalPoolingTest(test_utils.TestCase):
 
   @parameterized.parameters(('AVG', False), ('MAX', True))
