@@ -20,8 +20,12 @@ stack runs stages of layers as a pipeline (`pipeline.py`):
 Decoding: run the stack once with the `decoder_cache` collection mutable to
 fill the attention caches, then call `extend_step` for each new position.
 
-The file is past 800 lines because each of its layers carries upstream's
-full field list (with docstrings) and its decoding path.
+The feed-forward blocks (`top2_gating`, `TransformerFeedForward`,
+`TransformerFeedForwardMoe`) and the norm-policy, residual and dropout
+helpers that `Transformer` shares with them live in the private sibling
+`_transformer_feedforward` and are re-exported here by name. The file is
+still past 800 lines because each remaining layer carries upstream's full
+field list (with docstrings) and its decoding path.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from flax import linen as nn
-import jax
 from jax import numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
@@ -38,10 +41,9 @@ from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
-from praxis.layers import activations as activations_lib
+from praxis.layers import _transformer_feedforward
 from praxis.layers import attentions
 from praxis.layers import checkpoint_policy
-from praxis.layers import linears
 from praxis.layers import normalizations
 from praxis.layers import pipeline
 from praxis.layers import repeats
@@ -50,18 +52,28 @@ from praxis.layers import stochastics
 NestedMap = py_utils.NestedMap
 JTensor = pytypes.JTensor
 SplitDimsMapping = pytypes.SplitDimsMapping
-WeightInit = base_layer.WeightInit
-WeightHParams = base_layer.WeightHParams
 template_field = base_layer.template_field
 LayerTpl = pax_fiddle.Config[base_layer.BaseLayer]
 AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
 DecodeStateTransformFn = attentions.DecodeStateTransformFn
 
-_NORM_POLICIES = ('pre', 'post', 'primer_hybrid', 'post_skip')
+# Feed-forward blocks, defined in _transformer_feedforward.
+top2_gating = _transformer_feedforward.top2_gating
+TransformerFeedForward = _transformer_feedforward.TransformerFeedForward
+TransformerFeedForwardMoe = _transformer_feedforward.TransformerFeedForwardMoe
+
+# Helpers shared with the feed-forward blocks.
+_check_norm_policy = _transformer_feedforward.check_norm_policy
+_create_norms = _transformer_feedforward.create_norms
+_pre_norm = _transformer_feedforward.pre_norm
+_post_norm = _transformer_feedforward.post_norm
+_residual = _transformer_feedforward.add_residual
+_create_droppath = _transformer_feedforward.create_droppath
+_dropout = _transformer_feedforward.dropout
 
 
 # ---------------------------------------------------------------------------
-# Masks and gating.
+# Attention masks.
 # ---------------------------------------------------------------------------
 
 
@@ -145,440 +157,6 @@ def compute_attention_masks_for_extend_step(
     if cross_segment_mask is not None:
       cross_mask = jnp.minimum(cross_mask, cross_segment_mask[:, None])
   return mask, cross_mask
-
-
-def top2_gating(logits: JTensor) -> tuple[JTensor, JTensor]:
-  """Top-2 routing weights and GShard's load-balancing loss.
-
-  Args:
-    logits: [..., E], router logits of each token.
-
-  Returns:
-    (gates [..., E]: the softmax probabilities of each token's two best
-    experts, renormalized to sum to 1, zero elsewhere; aux_loss: a scalar,
-    E * sum_e(fraction of tokens routed first to e * mean probability of e)).
-  """
-  num_experts = logits.shape[-1]
-  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-  top_probs, top_idx = jax.lax.top_k(probs, 2)
-  chosen = jax.nn.one_hot(top_idx, num_experts, dtype=probs.dtype).sum(-2)
-  gates = probs * chosen
-  gates = gates / (jnp.sum(top_probs, axis=-1, keepdims=True) + 1e-9)
-  flat_probs = probs.reshape(-1, num_experts)
-  first = jax.nn.one_hot(top_idx[..., 0], num_experts).reshape(-1, num_experts)
-  aux_loss = num_experts * jnp.sum(
-      jnp.mean(first, axis=0) * jnp.mean(flat_probs, axis=0)
-  )
-  return gates, aux_loss
-
-
-# ---------------------------------------------------------------------------
-# Feed-forward layers.
-# ---------------------------------------------------------------------------
-
-
-def _check_norm_policy(layer: base_layer.BaseLayer, policies=_NORM_POLICIES):
-  if layer.norm_policy not in policies:
-    raise ValueError(
-        f'{type(layer).__name__} ({layer.name}): norm_policy must be one of '
-        f'{policies}, got {layer.norm_policy!r}.'
-    )
-
-
-def _create_norms(layer: base_layer.BaseLayer, dims: int, prefix: str = ''):
-  """`layer_norm` (or `pre_`/`post_layer_norm` for primer_hybrid)."""
-  ln = layer.ln_tpl.clone().set(dim=dims)
-  if layer.norm_policy == 'primer_hybrid':
-    layer.create_child(f'pre_{prefix}layer_norm', ln)
-    layer.create_child(f'post_{prefix}layer_norm', ln.clone())
-  else:
-    layer.create_child(f'{prefix}layer_norm', ln)
-
-
-def _pre_norm(layer: base_layer.BaseLayer, x: JTensor, prefix: str = ''):
-  if layer.norm_policy == 'primer_hybrid':
-    return getattr(layer, f'pre_{prefix}layer_norm')(x)
-  if layer.norm_policy == 'pre':
-    return getattr(layer, f'{prefix}layer_norm')(x)
-  return x
-
-
-def _post_norm(layer: base_layer.BaseLayer, x: JTensor, prefix: str = ''):
-  if layer.norm_policy == 'primer_hybrid':
-    return getattr(layer, f'post_{prefix}layer_norm')(x)
-  if layer.norm_policy == 'post':
-    return getattr(layer, f'{prefix}layer_norm')(x)
-  return x
-
-
-def _residual(layer: base_layer.BaseLayer, x: JTensor, y: JTensor):
-  """`x + residual_weight * y` (dropping y's path with droppath)."""
-  if layer.residual_droppath_prob > 0.0:
-    return layer.residual_droppath(x, y)
-  return x + y * getattr(layer, 'residual_weight', 1.0)
-
-
-def _create_droppath(layer: base_layer.BaseLayer) -> None:
-  if layer.residual_droppath_prob > 0.0:
-    layer.create_child(
-        'residual_droppath',
-        pax_fiddle.Config(
-            stochastics.StochasticResidual,
-            survival_prob=1.0 - layer.residual_droppath_prob,
-            residual_weight=getattr(layer, 'residual_weight', 1.0),
-        ),
-    )
-
-
-def _dropout(tpl: LayerTpl, prob: float) -> LayerTpl:
-  return tpl.clone().set(keep_prob=1.0 - prob)
-
-
-class TransformerFeedForward(base_layer.BaseLayer):
-  """The feed-forward block of a Transformer, with normalization and residual.
-
-  With the 'pre' policy: `x + dropout(ffn2(dropout(act(ffn1(ln(x))))))`.
-  Children: `layer_norm` (or `pre_`/`post_layer_norm`), `ffn_layer1`,
-  `ffn_layer1_gate` (gated), `relu_dropout`, `ffn_layer2`,
-  `residual_dropout`, `residual_droppath`.
-
-  Attributes:
-    input_dims: Depth of the input.
-    output_dims: Depth of the output (0: input_dims).
-    hidden_dims: Depth of the hidden layer.
-    has_bias: Whether the projections have biases.
-    apply_padding_first: Zero padded inputs first (else the hidden and output
-      activations are zeroed at padded positions).
-    activation_tpl: The activation.
-    use_gated_activation: Hidden = act(x @ w_gate) * (x @ w1).
-    fflayer_tpl: Template of the two projections.
-    ln_tpl: Template of the normalization.
-    residual_dropout_prob: Dropout probability of the output.
-    relu_dropout_tpl: Template of the hidden dropout.
-    relu_dropout_prob: Dropout probability of the hidden layer.
-    residual_dropout_tpl: Template of the output dropout.
-    add_skip_connection: Whether to add the residual connection.
-    residual_weight: Weight of the block's output in the residual sum.
-    residual_droppath_prob: Probability of dropping the whole block per
-      example.
-    norm_policy: 'pre' (normalize the input), 'post' (the output),
-      'primer_hybrid' (both) or 'post_skip' (after the residual sum).
-    internal_gshard_variance_scaling_fan_in_init: Initialise the projections
-      uniformly with bound sqrt(3 / fan_in).
-  """
-
-  input_dims: int = 0
-  output_dims: int = 0
-  hidden_dims: int = 0
-  has_bias: bool = True
-  apply_padding_first: bool = False
-  activation_tpl: pax_fiddle.Config[activations_lib.BaseActivation] = (
-      template_field(activations_lib.ReLU)
-  )
-  use_gated_activation: bool = False
-  fflayer_tpl: LayerTpl = template_field(linears.FeedForward)
-  ln_tpl: LayerTpl = template_field(normalizations.LayerNorm)
-  residual_dropout_prob: float = 0.0
-  relu_dropout_tpl: LayerTpl = template_field(stochastics.Dropout)
-  relu_dropout_prob: float = 0.0
-  residual_dropout_tpl: LayerTpl = template_field(stochastics.Dropout)
-  add_skip_connection: bool = True
-  residual_weight: float = 1.0
-  residual_droppath_prob: float = 0.0
-  norm_policy: str = 'pre'
-  internal_gshard_variance_scaling_fan_in_init: bool = False
-
-  class WeightSharding(base_layer.BaseLayer.WeightSharding):
-    """Sharding of the weights.
-
-    Attributes:
-      ffn0: Of the first projection [input_dims, hidden_dims].
-      ffn1: Of the second projection [hidden_dims, output_dims].
-    """
-
-    ffn0: SplitDimsMapping = None
-    ffn1: SplitDimsMapping = None
-
-  class ActivationSharding(base_layer.BaseLayer.ActivationSharding):
-    """Sharding of the activations.
-
-    Attributes:
-      ffn0: Of the hidden activations.
-      ffn1: Of the outputs.
-    """
-
-    ffn0: SplitDimsMapping = None
-    ffn1: SplitDimsMapping = None
-
-  def _ffn(
-      self, in_dims: int, out_dims: int, act: LayerTpl, wt: Any, out: Any
-  ) -> LayerTpl:
-    p = self.fflayer_tpl.clone().set(
-        input_dims=in_dims,
-        output_dims=out_dims,
-        has_bias=self.has_bias,
-        activation_tpl=act,
-    )
-    p.weight_split_dims_mapping.wt = wt
-    p.activation_split_dims_mapping.out = out
-    if self.internal_gshard_variance_scaling_fan_in_init:
-      p.linear_tpl.params_init = WeightInit.Uniform((3.0 / in_dims) ** 0.5)
-    return p
-
-  def setup(self) -> None:
-    _check_norm_policy(self)
-    output_dims = self.output_dims or self.input_dims
-    if self.add_skip_connection and output_dims != self.input_dims:
-      raise ValueError(
-          f'TransformerFeedForward ({self.name}): a skip connection needs '
-          f'output_dims == input_dims, got {output_dims} != {self.input_dims}.'
-      )
-    wp, ap = self.weight_split_dims_mapping, self.activation_split_dims_mapping
-    identity = pax_fiddle.Config(activations_lib.Identity)
-    _create_norms(self, self.input_dims)
-    act1 = identity if self.use_gated_activation else self.activation_tpl
-    self.create_child(
-        'ffn_layer1',
-        self._ffn(self.input_dims, self.hidden_dims, act1, wp.ffn0, ap.ffn0),
-    )
-    if self.use_gated_activation:
-      gate = self._ffn(
-          self.input_dims, self.hidden_dims, self.activation_tpl, wp.ffn0,
-          ap.ffn0,
-      )
-      self.create_child('ffn_layer1_gate', gate)
-    self.create_child(
-        'relu_dropout', _dropout(self.relu_dropout_tpl, self.relu_dropout_prob)
-    )
-    self.create_child(
-        'ffn_layer2',
-        self._ffn(self.hidden_dims, output_dims, identity, wp.ffn1, ap.ffn1),
-    )
-    self.create_child(
-        'residual_dropout',
-        _dropout(self.residual_dropout_tpl, self.residual_dropout_prob),
-    )
-    _create_droppath(self)
-
-  def __call__(
-      self,
-      inputs: JTensor,
-      paddings: JTensor | None = None,
-      segment_ids: JTensor | None = None,
-  ) -> JTensor:
-    """Applies the block to `inputs` [B, T, D] (paddings [B, T])."""
-    del segment_ids
-    keep = None if paddings is None else (1.0 - paddings[..., None])
-    if self.apply_padding_first and keep is not None:
-      inputs = inputs * keep.astype(inputs.dtype)
-    residual = inputs
-    x = _pre_norm(self, inputs)
-    hidden = self.ffn_layer1(x)
-    if self.use_gated_activation:
-      hidden = self.ffn_layer1_gate(x) * hidden
-    hidden = checkpoint_name(hidden, 'ffn1')
-    if not self.apply_padding_first and keep is not None:
-      hidden = hidden * keep.astype(hidden.dtype)
-    outputs = self.ffn_layer2(self.relu_dropout(hidden))
-    outputs = checkpoint_name(outputs, 'ffn2')
-    if not self.apply_padding_first and keep is not None:
-      outputs = outputs * keep.astype(outputs.dtype)
-    outputs = self.residual_dropout(_post_norm(self, outputs))
-    if self.add_skip_connection:
-      outputs = _residual(self, residual, outputs)
-    if self.norm_policy == 'post_skip':
-      outputs = self.layer_norm(outputs)
-    return outputs
-
-  def extend_step(self, inputs: JTensor, *, time_step: JTensor) -> JTensor:
-    """One decoding step: the block on `inputs` [B, D]."""
-    del time_step
-    return self(inputs)
-
-
-class TransformerFeedForwardMoe(base_layer.BaseLayer):
-  """A mixture-of-experts feed-forward block with top-2 routing.
-
-  Each token goes to its two most probable experts (no capacity limit), and
-  all experts are computed densely (einsums over the expert dim), which is
-  exact and simple but spends E times the compute of one feed-forward layer.
-  GShard's load-balancing loss is added as the auxiliary loss
-  `aux_moe_load_balance_loss`. Variables: `gate` [D, E], `wi_0` [E, D, H],
-  `wi_gate_0` (gated), `wo_0` [E, H, D].
-
-  Attributes:
-    input_dims: D (also the output depth).
-    hidden_dims: H, the hidden depth of each expert.
-    apply_padding_first: Zero padded inputs first.
-    ln_tpl: Template of the normalization.
-    activation_tpl: The activation.
-    relu_dropout_tpl: Template of the hidden dropout.
-    relu_dropout_prob: Dropout probability of the hidden layer.
-    residual_dropout_tpl: Template of the output dropout.
-    residual_dropout_prob: Dropout probability of the output.
-    add_skip_connection: Whether to add the residual connection.
-    residual_weight: Weight of the block's output in the residual sum.
-    norm_policy: 'pre', 'post' or 'primer_hybrid'.
-    residual_droppath_prob: Probability of dropping the block per example.
-    gating_func: 'top2' or 'dense_top2' (the same here).
-    num_experts: E.
-    num_groups: Routing groups (kept for configs; routing is per token).
-    min_group_size: Kept for configs.
-    expert_capacity_dim: Kept for configs (no capacity limit).
-    unadjusted_expert_capacity_factor: Kept for configs.
-    expert_weight_shards: Must be 1.
-    second_expert_policy: Only 'all'.
-    internal_gshard_variance_scaling_fan_in_init: Initialise the weights
-      uniformly with bound sqrt(3 / fan_in).
-    explicit_fan_in_fan_out_axes: Tell the initialiser the experts' fan axes.
-    moe_load_balance_loss_weight: Weight of the load-balancing loss.
-    gating_logit_cap: If positive, cap the router logits with tanh.
-    moe_gating_embedding_level: Only 'token'.
-    use_gated_activation: Hidden = act(x @ wi_gate) * (x @ wi).
-  """
-
-  input_dims: int = 0
-  hidden_dims: int = 0
-  apply_padding_first: bool = False
-  ln_tpl: LayerTpl = template_field(normalizations.LayerNorm)
-  activation_tpl: pax_fiddle.Config[activations_lib.BaseActivation] = (
-      template_field(activations_lib.ReLU)
-  )
-  relu_dropout_tpl: LayerTpl = template_field(stochastics.Dropout)
-  relu_dropout_prob: float = 0.0
-  residual_dropout_tpl: LayerTpl = template_field(stochastics.Dropout)
-  residual_dropout_prob: float = 0.0
-  add_skip_connection: bool = True
-  residual_weight: float = 1.0
-  norm_policy: str = 'pre'
-  residual_droppath_prob: float = 0.0
-  gating_func: str = 'top2'
-  num_experts: int = 0
-  num_groups: int = 0
-  min_group_size: int | None = None
-  expert_capacity_dim: int = 0
-  unadjusted_expert_capacity_factor: float = 2.0
-  expert_weight_shards: int = 1
-  second_expert_policy: str = 'all'
-  internal_gshard_variance_scaling_fan_in_init: bool = True
-  explicit_fan_in_fan_out_axes: bool = False
-  moe_load_balance_loss_weight: float = 1.0
-  gating_logit_cap: float = 0.0
-  moe_gating_embedding_level: str = 'token'
-  use_gated_activation: bool = False
-
-  class WeightSharding(base_layer.BaseLayer.WeightSharding):
-    """Sharding of the weights.
-
-    Attributes:
-      me: Of the router `gate` [D, E].
-      emh: Of `wi_0` [E, D, H].
-      ehm: Of `wo_0` [E, H, D].
-    """
-
-    me: SplitDimsMapping = None
-    emh: SplitDimsMapping = None
-    ehm: SplitDimsMapping = None
-
-  def _check_config(self) -> None:
-    where = f'TransformerFeedForwardMoe ({self.name})'
-    _check_norm_policy(self, ('pre', 'post', 'primer_hybrid'))
-    checks = (
-        (self.input_dims > 0 and self.hidden_dims > 0,
-         'input_dims and hidden_dims must be positive'),
-        (self.num_experts > 1, 'num_experts must be at least 2'),
-        (self.gating_func in ('top2', 'dense_top2'),
-         f'gating_func {self.gating_func!r} is not supported (top2 only)'),
-        (self.expert_weight_shards == 1, 'expert_weight_shards must be 1'),
-        (self.second_expert_policy == 'all',
-         "second_expert_policy must be 'all'"),
-        (self.moe_gating_embedding_level == 'token',
-         "moe_gating_embedding_level must be 'token'"),
-    )
-    for ok, message in checks:
-      if not ok:
-        raise ValueError(f'{where}: {message}.')
-
-  def _weight(self, name: str, shape: list[int], fan_in: int, wt: Any):
-    init = None
-    if self.internal_gshard_variance_scaling_fan_in_init:
-      init = WeightInit.Uniform((3.0 / fan_in) ** 0.5)
-    explicit = self.explicit_fan_in_fan_out_axes and len(shape) == 3
-    self.create_variable(
-        name,
-        WeightHParams(
-            shape=shape,
-            init=init,
-            mesh_shape=self.mesh_shape,
-            tensor_split_dims_mapping=wt,
-            fan_in_axes=[-2] if explicit else None,
-            fan_out_axes=[-1] if explicit else None,
-        ),
-    )
-
-  def setup(self) -> None:
-    self._check_config()
-    d, h, e = self.input_dims, self.hidden_dims, self.num_experts
-    wp = self.weight_split_dims_mapping
-    _create_norms(self, d)
-    self.create_child(
-        'residual_dropout',
-        _dropout(self.residual_dropout_tpl, self.residual_dropout_prob),
-    )
-    self.create_child(
-        'relu_dropout', _dropout(self.relu_dropout_tpl, self.relu_dropout_prob)
-    )
-    _create_droppath(self)
-    self.create_child('activation', self.activation_tpl.clone())
-    self._weight('gate', [d, e], d, wp.me)
-    if self.use_gated_activation:
-      self._weight('wi_gate_0', [e, d, h], d, wp.emh)
-    self._weight('wi_0', [e, d, h], d, wp.emh)
-    self._weight('wo_0', [e, h, d], h, wp.ehm)
-
-  def _experts(self, x: JTensor) -> tuple[JTensor, JTensor]:
-    """Top-2 mixture of the experts at each token of x [..., D]."""
-    logits = jnp.einsum('...m,me->...e', x, self.theta.gate)
-    logits = attentions.cap_logits(logits, self.gating_logit_cap)
-    gates, aux_loss = top2_gating(logits)
-    hidden = jnp.einsum('...m,emh->...eh', x, self.theta.wi_0)
-    if self.use_gated_activation:
-      gate = jnp.einsum('...m,emh->...eh', x, self.theta.wi_gate_0)
-      hidden = self.activation(gate) * hidden
-    else:
-      hidden = self.activation(hidden)
-    hidden = self.relu_dropout(hidden)
-    weighted = hidden * gates.astype(hidden.dtype)[..., None]
-    return jnp.einsum('...eh,ehm->...m', weighted, self.theta.wo_0), aux_loss
-
-  def __call__(
-      self,
-      inputs: JTensor,
-      paddings: JTensor | None = None,
-      segment_ids: JTensor | None = None,
-  ) -> JTensor:
-    """Applies the block to `inputs` [B, T, D] (paddings [B, T])."""
-    del segment_ids
-    keep = None if paddings is None else (1.0 - paddings[..., None])
-    if self.apply_padding_first and keep is not None:
-      inputs = inputs * keep.astype(inputs.dtype)
-    residual = inputs
-    outputs, aux_loss = self._experts(_pre_norm(self, inputs))
-    if keep is not None:
-      outputs = outputs * keep.astype(outputs.dtype)
-    outputs = self.residual_dropout(_post_norm(self, outputs))
-    if self.add_skip_connection:
-      outputs = _residual(self, residual, outputs)
-    aux_loss = aux_loss.astype(self.fprop_dtype)
-    aux_loss = aux_loss * self.moe_load_balance_loss_weight
-    self.add_summary('aux_moe_load_balance_loss', aux_loss)
-    self.add_aux_loss('aux_moe_load_balance_loss', aux_loss)
-    return outputs
-
-  def extend_step(self, inputs: JTensor, *, time_step: JTensor) -> JTensor:
-    """One decoding step: the block on `inputs` [B, D]."""
-    del time_step
-    return self(inputs)
 
 
 # ---------------------------------------------------------------------------
