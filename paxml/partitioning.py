@@ -122,10 +122,23 @@ class Partitioner:
     return NamedSharding(self.mesh, PartitionSpec())
 
   def input_partition_spec(self, ndim: int) -> PartitionSpec:
-    """The batch dim over the data axes (or `train.inputs_split_mapping`)."""
+    """How an input of rank `ndim` is split over the mesh.
+
+    `train.inputs_split_mapping` is Pax's `NestedMap(map_1d=..., map_2d=...)`
+    (one mesh-axis entry per dim, per rank) or one `PartitionSpec`; ranks it
+    does not name get the batch dim split over the data axes.
+
+    Args:
+      ndim: The input's rank.
+
+    Returns:
+      The partition spec.
+    """
     mapping = getattr(self.task.train, 'inputs_split_mapping', None)
-    if mapping is not None:
+    if isinstance(mapping, PartitionSpec):
       return mapping
+    if mapping is not None and mapping.get(f'map_{ndim}d') is not None:
+      return PartitionSpec(*mapping[f'map_{ndim}d'])
     axes = data_mesh_axes(self.mesh.axis_names)
     return PartitionSpec(axes, *([None] * (ndim - 1)))
 

@@ -13,6 +13,7 @@ from typing import Any
 from absl import logging
 from fiddle.absl_flags import utils as fdl_flag_utils
 import jax
+from paxml import base_experiment
 from paxml import checkpoints
 from paxml import executors
 from paxml import partitioning
@@ -43,12 +44,22 @@ class ExperimentConfigs:
   task: pax_fiddle.Config[Any]
   datasets: list[pax_fiddle.Config[Any]]
   decode_datasets: list[pax_fiddle.Config[Any]]
+  input_specs_provider: pax_fiddle.Config[Any] | None = None
 
   @classmethod
   def from_experiment(cls, experiment: Any, name: str) -> ExperimentConfigs:
+    """Materialises the configs; keeps a custom input-specs provider.
+
+    The default provider (read a training batch) is not kept: `setup_run`
+    rebuilds it from `datasets`, so that `--fdl_set` edits reach it.
+    """
     experiment.validate()
+    provider = None
+    if (type(experiment).get_input_specs_provider_params is not
+        base_experiment.BaseExperiment.get_input_specs_provider_params):
+      provider = experiment.get_input_specs_provider_params()
     return cls(name, experiment.task(), list(experiment.datasets()),
-               list(experiment.decode_datasets()))
+               list(experiment.decode_datasets()), provider)
 
   def apply_overrides(self, assignments: list[str]) -> None:
     """Applies `path=value` assignments (Fiddle's `--fdl_set` syntax)."""
@@ -116,10 +127,13 @@ def setup_run(configs: ExperimentConfigs, options: executors.RunOptions,
     (task, partitioner), with the partitioner set up from the input specs.
   """
   task = instantiate(configs.task)
-  specs_input = configs.train_datasets or configs.eval_datasets
-  if not specs_input:
-    raise ValueError(f'Experiment {configs.name} defines no dataset.')
-  provider = base_input.DatasetInputSpecsProvider(input_p=specs_input[0])
+  if configs.input_specs_provider is not None:
+    provider = instantiate(configs.input_specs_provider)
+  else:
+    specs_input = configs.train_datasets or configs.eval_datasets
+    if not specs_input:
+      raise ValueError(f'Experiment {configs.name} defines no dataset.')
+    provider = base_input.DatasetInputSpecsProvider(input_p=specs_input[0])
   partitioner = partitioning.create_partitioner(task)
   partitioner.setup(provider.get_input_specs(),
                     discard_opt_states=discard_opt_states)

@@ -91,9 +91,11 @@ def _swap(mapping: SplitDimsMapping) -> SplitDimsMapping:
 
 
 def _stack_block(stack_p: LayerTpl) -> LayerTpl:
-  """The StackedTransformer config inside a (repeated) stack config."""
-  if issubclass(fdl.get_callable(stack_p),
-                transformers.StackedTransformerRepeated):
+  """The StackedTransformer config inside a (repeated/pipelined) stack config."""
+  cls = fdl.get_callable(stack_p)
+  if issubclass(cls, transformers.PipelinedTransformer):
+    return _stack_block(stack_p.pipeline_stage)
+  if issubclass(cls, transformers.StackedTransformerRepeated):
     return stack_p.block
   return stack_p
 

@@ -1,0 +1,1 @@
+"""Language-model experiments (`paxml.tasks.lm`): base configs and inputs."""

@@ -1,0 +1,1 @@
+"""LM experiment catalogue: `lm_cloud`, `c4`, `c4_multislice`, `bert`."""
