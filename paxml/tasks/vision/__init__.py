@@ -1,0 +1,1 @@
+"""Vision experiments (`paxml.tasks.vision.params`)."""

@@ -1,0 +1,1 @@
+"""Vision experiments: `mnist.MnistExperiment`, `digits.DigitsExperiment`."""
