@@ -96,6 +96,10 @@ class TrainRunTest(absltest.TestCase):
     eval_loss = _scalars(self.job_dir / 'summaries' / 'eval_test_test',
                          'Metrics/loss')
     np.testing.assert_allclose(eval_loss[40], mse, rtol=1e-5)
+    # The eval `loss` tag is weighted like the metrics (no padded examples).
+    plain_loss = _scalars(self.job_dir / 'summaries' / 'eval_test_test',
+                          'loss')
+    np.testing.assert_allclose(plain_loss[40], mse, rtol=1e-5)
 
   def test_decoder_out_jsonl(self):
     lines = (self.job_dir / 'decoder_out' / 'decode' /

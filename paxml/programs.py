@@ -194,16 +194,21 @@ class SingleTaskEvalProgram(Program):
 
   def run(self, state: Any, step: int) -> tuple[Any, dict[str, Any]]:
     metrics = _new_metrics(self._task)
-    losses = []
+    loss_key = self._task.learners[0].loss_name
+    losses, weights = [], []
     for i, batch in enumerate(_batches(self._input)):
       key = jax.random.fold_in(self._key, i)
       _, out = self._eval_fn(state, key, self._partitioner.to_global(batch))
-      metrics.store(_scalars(out.weighted_scalars))
+      scalars = _scalars(out.weighted_scalars)
+      metrics.store(scalars)
       losses.append(float(out.loss))
+      # Weighted like the metrics, so padded batches don't count.
+      weights.append(scalars.get(loss_key, (0.0, 1.0))[1])
     if not losses:
       raise ValueError(f'Eval input {self.name!r} produced no batch.')
     final = {k: (float(v), float(w)) for k, (v, w) in metrics.finalize().items()}
-    loss = float(np.mean(losses))
+    loss = float(np.average(losses, weights=weights)) if sum(weights) else float(
+        np.mean(losses))
     summary_utils.write_summary_entry(self._writer, step, loss, final, {})
     logging.info('eval %s at step %d: loss %.5f %s', self.name, step, loss,
                  {k: round(v, 5) for k, (v, _) in final.items()})
