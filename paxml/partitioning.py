@@ -84,6 +84,7 @@ class Partitioner:
     self.mesh = mesh or _build_mesh(task.model)
     self.metadata: trainer_lib.TrainStateMetadata | None = None
     self._input_specs = None
+    self._input_shardings: dict[int, NamedSharding] = {}
 
   def setup(
       self, train_inputs_shape_dtype: Any, discard_opt_states: bool = False
@@ -142,11 +143,15 @@ class Partitioner:
     axes = data_mesh_axes(self.mesh.axis_names)
     return PartitionSpec(axes, *([None] * (ndim - 1)))
 
+  def input_sharding(self, ndim: int) -> NamedSharding:
+    """The sharding of an input of rank `ndim` (cached: a hot path)."""
+    if ndim not in self._input_shardings:
+      self._input_shardings[ndim] = NamedSharding(
+          self.mesh, self.input_partition_spec(ndim))
+    return self._input_shardings[ndim]
+
   def input_shardings(self, inputs: Any) -> Any:
-    return jax.tree.map(
-        lambda x: NamedSharding(self.mesh, self.input_partition_spec(x.ndim)),
-        inputs,
-    )
+    return jax.tree.map(lambda x: self.input_sharding(np.ndim(x)), inputs)
 
   def global_input_shapes(self, per_host: Any) -> Any:
     """Per-host input shapes -> global ones (batch times the process count)."""
@@ -161,6 +166,8 @@ class Partitioner:
     """Host-local numpy batch -> global `jax.Array`s sharded over the mesh."""
     shardings = self.input_shardings(host_batch)
     try:
+      if jax.process_count() == 1:  # One batched transfer: faster.
+        return jax.device_put(host_batch, shardings)
       return jax.tree.map(
           jax.make_array_from_process_local_data, shardings, host_batch
       )
@@ -194,7 +201,9 @@ class Partitioner:
     """Compiles `step_fn(task, state, key, inputs)` over the mesh.
 
     This is the runner's one `jax.jit` call site: the state is donated (for
-    training), kept in its sharding, and the outputs are replicated.
+    training), kept in its sharding, and the outputs are replicated. A train
+    step folds the state's step into the key it is given (inside the compiled
+    step: no extra dispatch), so the caller passes one base key throughout.
 
     Args:
       step_fn: A trainer_lib step function.
@@ -204,11 +213,16 @@ class Partitioner:
       `fn(state, prng_key, inputs) -> (state or None, outputs)`, with a
       `flops` attribute (XLA's count for one call) after its first call.
     """
-    fn = functools.partial(
+    step = functools.partial(
         step_fn,
         self.task,
         var_weight_hparams=self.metadata.var_weight_hparams,
     )
+
+    def fn(state, prng_key, inputs):
+      if not is_eval:  # Each train step's key: the base key and the step.
+        prng_key = jax.random.fold_in(prng_key, state.step)
+      return step(state, prng_key, inputs)
     out_state = None if is_eval else self.state_shardings
     jitted = jax.jit(
         fn,

@@ -113,14 +113,15 @@ class SingleTaskTrainProgram(Program):
     batch = self._input.get_next()
     self._tokens += tokens_in_batch(batch)
     inputs = self._partitioner.to_global(batch)
-    key = jax.random.fold_in(self._key, step)
-    state, outputs = self._step_fn(state, key, inputs)
+    # The compiled step folds the state's step into this base key.
+    state, outputs = self._step_fn(state, self._key, inputs)
     new_step = step + 1
     interval = max(int(self._train.summary_interval_steps), 1)
     if new_step % interval == 0 or new_step == self.num_train_steps:
       self._report(new_step, outputs, batch_size=len(jax.tree.leaves(batch)[0]))
     if self._should_eval_train(new_step):
-      _, eval_out = self._eval_fn(state, key, inputs)
+      _, eval_out = self._eval_fn(state, jax.random.fold_in(self._key, step),
+                                  inputs)
       summary_utils.write_summary_entry(
           self._eval_writer, new_step, float(eval_out.loss),
           _scalars(eval_out.weighted_scalars), {})
