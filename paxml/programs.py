@@ -173,8 +173,15 @@ def _batches(inp: Any):
     yield inp.get_next()
 
 
-class SingleTaskEvalProgram(Program):
-  """Evaluates on one input; writes `summaries/eval_test_<name>`."""
+class _InputProgram(Program):
+  """A program over one input, with its step function and summary writer.
+
+  Attributes:
+    name: The input's name.
+  """
+
+  STEP_FN: Any = None  # A trainer_lib step function.
+  SUMMARY_PREFIX = ''  # Summaries go to `summaries/<prefix>_<input name>`.
 
   def __init__(self, task: Any, input_p: Any,
                partitioner: partitioning.Partitioner,
@@ -182,16 +189,29 @@ class SingleTaskEvalProgram(Program):
     self._task = task
     self._input = instantiate(input_p)
     self._partitioner = partitioner
-    self._eval_fn = partitioner.partition(
-        trainer_lib.eval_step_single_learner, is_eval=True)
+    self._step_fn = partitioner.partition(type(self).STEP_FN, is_eval=True)
     self.name = self._input.name
+    self._job_log_dir = pathlib.Path(job_log_dir)
     self._writer = summary_utils.get_summary_writer(
-        get_summary_base_dir(job_log_dir) / f'eval_test_{self.name}',
-        enable_summary_writer)
-    self._key = jax.random.PRNGKey(task.evaluate.random_seed)
+        get_summary_base_dir(job_log_dir) /
+        f'{self.SUMMARY_PREFIX}_{self.name}', enable_summary_writer)
 
   def should_run(self, state: Any, step: int) -> bool:
     return True
+
+  def shutdown(self) -> None:
+    self._writer.close()
+
+
+class SingleTaskEvalProgram(_InputProgram):
+  """Evaluates on one input; writes `summaries/eval_test_<name>`."""
+
+  STEP_FN = staticmethod(trainer_lib.eval_step_single_learner)
+  SUMMARY_PREFIX = 'eval_test'
+
+  def __init__(self, *args: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self._key = jax.random.PRNGKey(self._task.evaluate.random_seed)
 
   def run(self, state: Any, step: int) -> tuple[Any, dict[str, Any]]:
     metrics = _new_metrics(self._task)
@@ -199,7 +219,7 @@ class SingleTaskEvalProgram(Program):
     losses, weights = [], []
     for i, batch in enumerate(_batches(self._input)):
       key = jax.random.fold_in(self._key, i)
-      _, out = self._eval_fn(state, key, self._partitioner.to_global(batch))
+      _, out = self._step_fn(state, key, self._partitioner.to_global(batch))
       scalars = _scalars(out.weighted_scalars)
       metrics.store(scalars)
       losses.append(float(out.loss))
@@ -215,37 +235,24 @@ class SingleTaskEvalProgram(Program):
                  {k: round(v, 5) for k, (v, _) in final.items()})
     return state, {'loss': loss, 'metrics': final}
 
-  def shutdown(self) -> None:
-    self._writer.close()
 
-
-class SingleTaskDecodeProgram(Program):
+class SingleTaskDecodeProgram(_InputProgram):
   """Decodes one input; writes summaries and `decoder_out/<name>/*.jsonl`."""
 
-  def __init__(self, task: Any, input_p: Any,
-               partitioner: partitioning.Partitioner,
-               job_log_dir: pathlib.Path, enable_summary_writer: bool = True):
-    self._task = task
-    self._input = instantiate(input_p)
-    self._partitioner = partitioner
-    self._decode_fn = partitioner.partition(
-        trainer_lib.decode_step_for_partitioner, is_eval=True)
-    self.name = self._input.name
-    self._out_dir = pathlib.Path(job_log_dir) / 'decoder_out' / self.name
-    self._writer = summary_utils.get_summary_writer(
-        get_summary_base_dir(job_log_dir) / f'decode_test_{self.name}',
-        enable_summary_writer)
-    self._key = jax.random.PRNGKey(task.decode.random_seed)
+  STEP_FN = staticmethod(trainer_lib.decode_step_for_partitioner)
+  SUMMARY_PREFIX = 'decode_test'
 
-  def should_run(self, state: Any, step: int) -> bool:
-    return True
+  def __init__(self, *args: Any, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self._out_dir = self._job_log_dir / 'decoder_out' / self.name
+    self._key = jax.random.PRNGKey(self._task.decode.random_seed)
 
   def run(self, state: Any, step: int) -> tuple[Any, list[Any]]:
     metrics = _new_metrics(self._task)
     records = []
     for i, batch in enumerate(_batches(self._input)):
       key = jax.random.fold_in(self._key, i)
-      _, out = self._decode_fn(state, key, self._partitioner.to_global(batch))
+      _, out = self._step_fn(state, key, self._partitioner.to_global(batch))
       out = jax.device_get(out)
       scalars, kv_pairs, _ = self._task.model.process_decode_out(
           self._input, out.per_example_out)
@@ -271,9 +278,6 @@ class SingleTaskDecodeProgram(Program):
     with path.open('w') as f:
       for key, value in records:
         f.write(json.dumps({'key': str(key), 'value': _jsonable(value)}) + '\n')
-
-  def shutdown(self) -> None:
-    self._writer.close()
 
 
 def _jsonable(value: Any) -> Any:
