@@ -166,8 +166,7 @@ class Partitioner:
     """Host-local numpy batch -> global `jax.Array`s sharded over the mesh."""
     shardings = self.input_shardings(host_batch)
     try:
-      if jax.process_count() == 1:  # One batched transfer: faster.
-        return jax.device_put(host_batch, shardings)
+      # Copies the host data (a `device_put` of numpy may alias it on CPU).
       return jax.tree.map(
           jax.make_array_from_process_local_data, shardings, host_batch
       )
