@@ -408,6 +408,18 @@ class TokenCounter(base_layer.BaseLayer):
     self.update_var('approx_total_tokens_mm', total + batch_mm)
 
 
+def _scale_and_shard_embeddings(layer: base_layer.BaseLayer,
+                                embs: JTensor) -> JTensor:
+  """Scales looked-up embeddings by sqrt(dims) if asked, and shards them."""
+  if layer.scale_sqrt_depth:
+    embs = embs * layer.input_dims**0.5
+  return base_layer.maybe_shard(
+      embs,
+      layer.activation_split_dims_mapping.emb_out_split_dims_mapping,
+      layer.mesh_axis_names,
+  )
+
+
 class Embedding(base_layer.BaseLayer):
   """Looks up rows of `emb_var` [num_classes, input_dims] by id.
 
@@ -466,13 +478,7 @@ class Embedding(base_layer.BaseLayer):
     )
     if in_range is not None:
       embs = jnp.where(in_range[..., None], embs, jnp.nan)
-    if self.scale_sqrt_depth:
-      embs = embs * self.input_dims**0.5
-    return base_layer.maybe_shard(
-        embs,
-        self.activation_split_dims_mapping.emb_out_split_dims_mapping,
-        self.mesh_axis_names,
-    )
+    return _scale_and_shard_embeddings(self, embs)
 
   def extend_step(self, ids: JTensor, *, time_step: JTensor) -> JTensor:
     """Embeds the ids of one decoding step."""
@@ -698,13 +704,7 @@ class SharedEmbeddingSoftmax(FullSoftmax):
     """Maps ids [...] to rows of the transposed logits weight [..., dims]."""
     table = jnp.transpose(self.logits_ffn.linear.theta.w)
     embs = embedding_lookup(table, ids, self.lookup_style)
-    if self.scale_sqrt_depth:
-      embs = embs * self.input_dims**0.5
-    return base_layer.maybe_shard(
-        embs,
-        self.activation_split_dims_mapping.emb_out_split_dims_mapping,
-        self.mesh_axis_names,
-    )
+    return _scale_and_shard_embeddings(self, embs)
 
   def extend_step(self, ids: JTensor, *, time_step: JTensor) -> JTensor:
     """Embeds the ids of one decoding step."""
