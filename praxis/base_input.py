@@ -144,6 +144,8 @@ def pad_batch(
   if weight_key not in batch:
     batch[weight_key] = np.ones([num_valid], np.float32)
   pad = batch_size - num_valid
+  if not pad:
+    return batch
   return jax.tree.map(
       lambda x: np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), batch
   )
