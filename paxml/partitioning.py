@@ -16,7 +16,8 @@ Example:
   metadata = partitioner.setup(train_input_specs)
   state = partitioner.initialize_state(prng_key)
   train_step = partitioner.partition(trainer_lib.train_step_single_learner)
-  state, outputs = train_step(state, prng_key, partitioner.to_global(batch))
+  state, outputs = train_step(state, prng_key,
+                              partitioner.preprocess_inputs(batch))
 """
 
 from __future__ import annotations
@@ -166,7 +167,6 @@ class Partitioner:
     """Host-local numpy batch -> global `jax.Array`s sharded over the mesh."""
     shardings = self.input_shardings(host_batch)
     try:
-      # Copies the host data (a `device_put` of numpy may alias it on CPU).
       return jax.tree.map(
           jax.make_array_from_process_local_data, shardings, host_batch
       )
@@ -176,6 +176,42 @@ class Partitioner:
           f'{e}. The global batch size must be divisible by the number of '
           'devices on the data axes.'
       ) from e
+
+  def preprocess_inputs(self, host_batch: Any) -> Any:
+    """A host batch, ready for a step function of `partition`.
+
+    On one process this is the batch itself: the compiled step copies it to
+    the devices in its own call, split by `input_sharding` (a separate
+    `device_put` costs more host time than the copy). On several processes
+    the hosts' batches are assembled into global arrays (`to_global`).
+
+    Args:
+      host_batch: This host's batch (numpy arrays).
+
+    Returns:
+      What to pass as the `inputs` of a partitioned step.
+    """
+    if jax.process_count() == 1:
+      return host_batch
+    return self.to_global(host_batch)
+
+  def check_divisible(self, inputs: Any) -> None:
+    """Raises a clear error if an input cannot be split over the mesh."""
+    for x in jax.tree.leaves(inputs):
+      spec = self.input_sharding(np.ndim(x)).spec
+      for dim, axes in zip(np.shape(x), spec):
+        if axes is None:
+          continue
+        axes = axes if isinstance(axes, tuple) else (axes,)
+        parts = int(np.prod([self.mesh.shape[a] for a in axes]))
+        if dim % parts:
+          raise ValueError(
+              f'Cannot split the batch over the mesh {dict(self.mesh.shape)}: '
+              f'an input of shape {np.shape(x)} has a dim of {dim}, not '
+              f'divisible by the {parts} devices of mesh axes {axes}. The '
+              'global batch size must be divisible by the number of devices '
+              'on the data axes.'
+          )
 
   # -- Compilation -----------------------------------------------------------
 
@@ -200,17 +236,19 @@ class Partitioner:
     """Compiles `step_fn(task, state, key, inputs)` over the mesh.
 
     This is the runner's one `jax.jit` call site: the state is donated (for
-    training), kept in its sharding, and the outputs are replicated. A train
-    step folds the state's step into the key it is given (inside the compiled
-    step: no extra dispatch), so the caller passes one base key throughout.
+    training), kept in its sharding, the inputs are split by
+    `input_sharding`, and the outputs are replicated. A train step folds the
+    state's step into the key it is given, so the caller passes one base key
+    throughout.
 
     Args:
       step_fn: A trainer_lib step function.
       is_eval: Whether it is an eval step (its state is not updated).
 
     Returns:
-      `fn(state, prng_key, inputs) -> (state or None, outputs)`, with a
-      `flops` attribute (XLA's count for one call) after its first call.
+      `fn(state, prng_key, inputs) -> (state or None, outputs)`, taking
+      inputs from `preprocess_inputs`, with a `flops` attribute (XLA's count
+      for one call) after its first call.
     """
     step = functools.partial(
         step_fn,
@@ -218,45 +256,54 @@ class Partitioner:
         var_weight_hparams=self.metadata.var_weight_hparams,
     )
 
-    def fn(state, prng_key, inputs):
-      if not is_eval:  # Each train step's key: the base key and the step.
-        prng_key = jax.random.fold_in(prng_key, state.step)
-      return step(state, prng_key, inputs)
-    out_state = None if is_eval else self.state_shardings
-    jitted = jax.jit(
-        fn,
-        # Inputs keep the sharding `to_global` gave them.
-        in_shardings=(self.state_shardings, self.replicated, None),
-        out_shardings=(out_state, self.replicated),
-        donate_argnums=() if is_eval else (0,),
-    )
+    def jit_for(inputs):
+      return jax.jit(
+          step,
+          in_shardings=(self.state_shardings, self.replicated,
+                        self.input_shardings(inputs)),
+          out_shardings=(None if is_eval else self.state_shardings,
+                         self.replicated),
+          donate_argnums=() if is_eval else (0,),
+      )
 
-    return _CompiledStep(jitted, self.mesh)
+    return _CompiledStep(jit_for, self)
 
 
 class _CompiledStep:
-  """A jitted step compiled ahead of time on first call (for its FLOPs).
+  """A step compiled ahead of time, once per input signature.
+
+  Each new structure or shape of the inputs (e.g. a smaller last eval batch)
+  is lowered and compiled once; later calls go straight to the executable.
 
   Attributes:
-    flops: XLA's FLOP count of one call, once compiled (None if unknown).
+    flops: XLA's FLOP count of one call of the first executable (None if
+      unknown or not compiled yet).
   """
 
-  def __init__(self, jitted: Any, mesh: jax.sharding.Mesh):
-    self._jitted = jitted
-    self._mesh = mesh
-    self._compiled = None
+  def __init__(self, jit_for: Callable[[Any], Any], partitioner: Partitioner):
+    self._jit_for = jit_for
+    self._partitioner = partitioner
+    self._executables: dict[Any, Any] = {}
     self.flops = None
 
   def __call__(self, state: Any, prng_key: jax.Array, inputs: Any) -> Any:
-    with jax.set_mesh(self._mesh):
-      if self._compiled is None:
-        self._compiled = self._jitted.lower(state, prng_key, inputs).compile()
-        self.flops = mfu.compiled_flops(self._compiled)
-      try:
-        return self._compiled(state, prng_key, inputs)
-      except TypeError:
-        # Inputs of another shape (e.g. a last eval batch): the jit retraces.
-        return self._jitted(state, prng_key, inputs)
+    leaves, treedef = jax.tree.flatten(inputs)
+    signature = (treedef, tuple((x.shape, x.dtype) for x in leaves))
+    executable = self._executables.get(signature)
+    if executable is None:
+      executable = self._compile(signature, state, prng_key, inputs)
+    return executable(state, prng_key, inputs)
+
+  def _compile(self, signature: Any, state: Any, prng_key: jax.Array,
+               inputs: Any) -> Any:
+    self._partitioner.check_divisible(inputs)
+    with jax.set_mesh(self._partitioner.mesh):
+      executable = self._jit_for(inputs).lower(
+          state, prng_key, inputs).compile()
+    if not self._executables:
+      self.flops = mfu.compiled_flops(executable)
+    self._executables[signature] = executable
+    return executable
 
 
 def create_partitioner(task: Any) -> Partitioner:

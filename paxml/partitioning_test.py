@@ -52,7 +52,7 @@ class MlpModel(base_model.BaseModel):
     return NestedMap(loss=(mse, jnp.array(1.0))), NestedMap()
 
 
-def _task(mesh_shape=None, **model_fields):
+def _task(mesh_shape=None, train_fields=None, **model_fields):
   task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')
   model = pax_fiddle.Config(MlpModel, name='model',
                             params_init=base_layer.WeightInit.Gaussian(0.3),
@@ -66,6 +66,8 @@ def _task(mesh_shape=None, **model_fields):
       optimizer=pax_fiddle.Config(
           optimizers.Adam, learning_rate=0.01,
           lr_schedule=pax_fiddle.Config(schedules.Constant)))
+  for name, value in (train_fields or {}).items():
+    setattr(task_p.train, name, value)
   task = base_layer.instantiate(task_p)
   return task
 
@@ -78,7 +80,7 @@ def _batches(n, batch=16, seed=0):
         targets=rng.normal(size=(batch, 4)).astype(np.float32))
 
 
-def _train(task, mesh, steps):
+def _train(task, mesh, steps, host_batches=False):
   partitioner = partitioning.Partitioner(task, mesh=mesh)
   spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                       next(_batches(1)))
@@ -86,8 +88,10 @@ def _train(task, mesh, steps):
   state = partitioner.initialize_state(jax.random.PRNGKey(0))
   step = partitioner.partition(trainer_lib.train_step_single_learner)
   losses = []
+  place = (partitioner.preprocess_inputs if host_batches
+           else partitioner.to_global)
   for i, batch in enumerate(_batches(steps)):
-    state, out = step(state, jax.random.PRNGKey(i), partitioner.to_global(batch))
+    state, out = step(state, jax.random.PRNGKey(i), place(batch))
     losses.append(float(out.loss))
   return state, losses
 
@@ -107,6 +111,9 @@ class SpmdTest(absltest.TestCase):
     rel = np.abs(np.array(losses) - single_losses) / np.abs(single_losses)
     self.assertLess(rel.max(), 1e-4)
     self.assertLess(losses[-1], losses[0])
+    # Numpy batches, placed by the compiled step itself, train alike.
+    _, host_losses = _train(task, mesh, 10, host_batches=True)
+    np.testing.assert_array_equal(host_losses, losses)
 
     params = state.mdl_vars['params']
     self.assertEqual(params['l1']['w'].sharding.spec, P('data', 'mdl'))
@@ -121,6 +128,20 @@ class SpmdTest(absltest.TestCase):
 
 
 class DataParallelTest(absltest.TestCase):
+
+  def test_batch_not_divisible_by_the_data_devices_is_named(self):
+    task = _task(None)
+    partitioner = partitioning.create_partitioner(task)
+    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                        next(_batches(1)))
+    partitioner.setup(spec)
+    state = partitioner.initialize_state(jax.random.PRNGKey(0))
+    step = partitioner.partition(trainer_lib.train_step_single_learner)
+    batch = next(_batches(1, batch=12))
+    with self.assertRaisesRegex(
+        ValueError, r"shape \(12, 8\) has a dim of 12, not divisible by the "
+        r"8 devices of mesh axes \('data',\)"):
+      step(state, jax.random.PRNGKey(0), partitioner.preprocess_inputs(batch))
 
   def test_pmap_style_matches_one_device_and_syncs_batch_norm(self):
     task = _task(None)  # No mesh on the model: data parallel on 8 devices.
@@ -138,10 +159,6 @@ class DataParallelTest(absltest.TestCase):
       expected = 0.5 * expected + 0.5 * batch.inputs.mean(axis=0)
     moving = np.asarray(state.mdl_vars['non_trainable']['bn']['moving_mean'])
     np.testing.assert_allclose(moving, expected, rtol=1e-5, atol=1e-6)
-
-
-if __name__ == '__main__':
-  absltest.main()
 
 
 class LmCloudSpmdMeshTest(absltest.TestCase):
@@ -197,3 +214,7 @@ class LmCloudSpmdMeshTest(absltest.TestCase):
     for var, want in zip(flat_vars, flat_specs):
       self.assertEqual(var.sharding.spec, want)
     self.assertTrue(any('mdl' in str(s) for s in flat_specs))
+
+
+if __name__ == '__main__':
+  absltest.main()

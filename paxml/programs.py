@@ -13,6 +13,7 @@ outputs as JSON lines under `<job_log_dir>/decoder_out/<input name>/`.
 from __future__ import annotations
 
 import abc
+import collections
 import json
 import pathlib
 import time
@@ -29,6 +30,9 @@ from paxml import trainer_lib
 from praxis import base_hyperparams
 
 instantiate = base_hyperparams.instantiate
+
+# Train steps dispatched ahead of the one the host waits for.
+_MAX_STEPS_IN_FLIGHT = 2
 
 
 def get_summary_base_dir(job_log_dir: pathlib.Path) -> pathlib.Path:
@@ -99,6 +103,7 @@ class SingleTaskTrainProgram(Program):
     self._last_time = None
     self._last_step = None
     self._tokens = 0
+    self._in_flight = collections.deque()
 
   @property
   def num_train_steps(self) -> int:
@@ -112,9 +117,10 @@ class SingleTaskTrainProgram(Program):
       self._last_time, self._last_step = time.time(), step
     batch = self._input.get_next()
     self._tokens += tokens_in_batch(batch)
-    inputs = self._partitioner.to_global(batch)
+    inputs = self._partitioner.preprocess_inputs(batch)
     # The compiled step folds the state's step into this base key.
     state, outputs = self._step_fn(state, self._key, inputs)
+    self._bound_steps_in_flight(outputs)
     new_step = step + 1
     interval = max(int(self._train.summary_interval_steps), 1)
     if new_step % interval == 0 or new_step == self.num_train_steps:
@@ -126,6 +132,15 @@ class SingleTaskTrainProgram(Program):
           self._eval_writer, new_step, float(eval_out.loss),
           _scalars(eval_out.weighted_scalars), {})
     return state, outputs
+
+  def _bound_steps_in_flight(self, outputs: Any) -> None:
+    # Dispatch is asynchronous; waiting for the step `_MAX_STEPS_IN_FLIGHT`
+    # back keeps the devices fed while bounding the queue (and the batches
+    # it holds). An unbounded queue of collective steps can also exhaust
+    # XLA:CPU's thread pool: its all-reduce rendezvous then aborts.
+    self._in_flight.append(outputs.loss)
+    if len(self._in_flight) > _MAX_STEPS_IN_FLIGHT:
+      self._in_flight.popleft().block_until_ready()
 
   def _should_eval_train(self, step: int) -> bool:
     interval = self._train.eval_interval_steps
@@ -219,7 +234,8 @@ class SingleTaskEvalProgram(_InputProgram):
     losses, weights = [], []
     for i, batch in enumerate(_batches(self._input)):
       key = jax.random.fold_in(self._key, i)
-      _, out = self._step_fn(state, key, self._partitioner.to_global(batch))
+      _, out = self._step_fn(state, key,
+                               self._partitioner.preprocess_inputs(batch))
       scalars = _scalars(out.weighted_scalars)
       metrics.store(scalars)
       losses.append(float(out.loss))
@@ -252,7 +268,8 @@ class SingleTaskDecodeProgram(_InputProgram):
     records = []
     for i, batch in enumerate(_batches(self._input)):
       key = jax.random.fold_in(self._key, i)
-      _, out = self._step_fn(state, key, self._partitioner.to_global(batch))
+      _, out = self._step_fn(state, key,
+                               self._partitioner.preprocess_inputs(batch))
       out = jax.device_get(out)
       scalars, kv_pairs, _ = self._task.model.process_decode_out(
           self._input, out.per_example_out)
