@@ -4,26 +4,29 @@ Public names: those of praxis' own `praxis/layers/__init__.py` that this
 project provides — the activations (BaseActivation, ReLU, GELU, ...,
 Identity), linears (Linear, Bias, FeedForward, MLPBlock, StackingOverTime,
 project_last_dim), stochastics (Dropout, StochasticResidual), Sequential,
-Einsum, the op layers (EinsumOp, EinsumGatedOp, ArrayLookup), and the names
-listed in `_OPTIONAL` below for normalizations, embeddings, attentions,
-transformers, convolutions, poolings, ResNets, models and the rest.
-
-The modules in `_OPTIONAL` are re-exported only if they import and define the
-name, so `from praxis import layers` keeps working while one of them is
-missing or broken: an absent module or name is logged at info level, a module
-that fails to import at warning level, and importing the module directly still
-raises the real error.
+Einsum, the op layers (EinsumOp, EinsumGatedOp, ArrayLookup), and those of
+the normalizations, embeddings, attentions, transformers, convolutions,
+poolings, ResNets, models and the rest, below.
 """
 
-import importlib
-
-from absl import logging
 from praxis.layers import activations
+from praxis.layers import attentions
 from praxis.layers import base_ops
+from praxis.layers import checkpoint_policy
+from praxis.layers import convolutions
 from praxis.layers import einsum
+from praxis.layers import embedding_softmax
 from praxis.layers import linears
+from praxis.layers import models
+from praxis.layers import normalizations
+from praxis.layers import pipeline
+from praxis.layers import poolings
+from praxis.layers import repeats
+from praxis.layers import resnets
 from praxis.layers import sequential
 from praxis.layers import stochastics
+from praxis.layers import transformer_models
+from praxis.layers import transformers
 
 BaseActivation = activations.BaseActivation
 CubedReLU = activations.CubedReLU
@@ -58,119 +61,70 @@ Dropout = stochastics.Dropout
 StochasticResidual = stochastics.StochasticResidual
 
 # Module (under praxis.layers) -> the names praxis re-exports from it.
-_OPTIONAL = {
-    'attentions': (
-        'AttentionProjection',
-        'causal_mask',
-        'causal_segment_mask',
-        'CausalDepthwiseConv1D',
-        'convert_paddings_to_mask',
-        'DotProductAttention',
-        'DotProductAttentionXL',
-        'LocalSelfAttention',
-        'LocalSelfAttentionXL',
-        'PerDimScale',
-        'RelativeBias',
-        'segment_mask',
-    ),
-    'checkpoint_policy': ('AutodiffCheckpointType',),
-    'convolutions': (
-        'Conv2D',
-        'ConvBNAct',
-        'ConvBNActWithPadding',
-        'DepthwiseConv1D',
-        'LightConv1D',
-    ),
-    'embedding_softmax': (
-        'Embedding',
-        'FullSoftmax',
-        'GShardSharedEmbeddingSoftmax',
-        'PositionalEmbedding',
-        'PositionalEmbedding2D',
-        'SharedEmbeddingSoftmax',
-        'SigmoidCrossEntropy',
-        'TrainablePositionalEmbedding',
-    ),
-    'models': (
-        'BertModel',
-        'ClassificationMLPModel',
-        'ClassificationModel',
-        'LanguageModel',
-        'SequenceModel',
-    ),
-    'normalizations': (
-        'BaseNormalization',
-        'BatchNorm',
-        'compute_moments',
-        'GroupNorm',
-        'IdentityNorm',
-        'LayerNorm',
-        'RmsNorm',
-        'RmsNormNoScale',
-    ),
-    'pipeline': ('LayerwiseShardablePipelined',),
-    'poolings': ('GlobalPooling', 'Pooling'),
-    'repeats': ('Repeat',),
-    'resnets': ('ResNet', 'ResNetBlock'),
-    'transformer_models': (
-        'LanguageModelType',
-        'TransformerEncoderDecoder',
-        'TransformerLm',
-    ),
-    'transformers': (
-        'compute_attention_masks_for_extend_step',
-        'compute_attention_masks_for_fprop',
-        'PipelinedTransformer',
-        'StackedTransformer',
-        'StackedTransformerRepeated',
-        'Transformer',
-        'TransformerFeedForward',
-        'TransformerFeedForwardMoe',
-    ),
-}
 
-# Modules this project may never provide: their absence is logged at info
-# level only. A missing module not listed here is a gap worth a warning.
+AttentionProjection = attentions.AttentionProjection
+causal_mask = attentions.causal_mask
+causal_segment_mask = attentions.causal_segment_mask
+CausalDepthwiseConv1D = attentions.CausalDepthwiseConv1D
+convert_paddings_to_mask = attentions.convert_paddings_to_mask
+DotProductAttention = attentions.DotProductAttention
+PerDimScale = attentions.PerDimScale
+RelativeBias = attentions.RelativeBias
+segment_mask = attentions.segment_mask
 
+AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
 
-def _reexport(
-    namespace: dict, module_name: str, names: tuple[str, ...]
-) -> list[str]:
-  """Copies `names` from `praxis.layers.<module_name>` into `namespace`.
+Conv2D = convolutions.Conv2D
+ConvBNAct = convolutions.ConvBNAct
+ConvBNActWithPadding = convolutions.ConvBNActWithPadding
+DepthwiseConv1D = convolutions.DepthwiseConv1D
+LightConv1D = convolutions.LightConv1D
 
-  Args:
-    namespace: Where the names go (this package's globals).
-    module_name: A module under `praxis.layers`.
-    names: The names to copy.
+Embedding = embedding_softmax.Embedding
+FullSoftmax = embedding_softmax.FullSoftmax
+GShardSharedEmbeddingSoftmax = embedding_softmax.GShardSharedEmbeddingSoftmax
+PositionalEmbedding = embedding_softmax.PositionalEmbedding
+PositionalEmbedding2D = embedding_softmax.PositionalEmbedding2D
+SharedEmbeddingSoftmax = embedding_softmax.SharedEmbeddingSoftmax
+SigmoidCrossEntropy = embedding_softmax.SigmoidCrossEntropy
+TrainablePositionalEmbedding = embedding_softmax.TrainablePositionalEmbedding
 
-  Returns:
-    The names copied; those missing are logged and skipped.
-  """
-  full_name = f'{__name__}.{module_name}'
-  try:
-    module = importlib.import_module(full_name)
-  except ModuleNotFoundError as e:
-    if e.name == full_name:
-      logging.info('praxis.layers: %s does not exist; %s not re-exported.',
-                   full_name, ', '.join(names))
-      return []
-    logging.warning('praxis.layers: importing %s failed (%r); %s not '
-                    're-exported.', full_name, e, ', '.join(names))
-    return []
-  except Exception as e:  # noqa: BLE001 pylint: disable=broad-except
-    logging.warning('praxis.layers: importing %s failed (%r); %s not '
-                    're-exported.', full_name, e, ', '.join(names))
-    return []
-  copied = [n for n in names if hasattr(module, n)]
-  missing = [n for n in names if n not in copied]
-  if missing:
-    logging.info('praxis.layers: %s does not define %s; not re-exported.',
-                 full_name, ', '.join(missing))
-  for n in copied:
-    namespace[n] = getattr(module, n)
-  return copied
+BertModel = models.BertModel
+ClassificationMLPModel = models.ClassificationMLPModel
+ClassificationModel = models.ClassificationModel
+LanguageModel = models.LanguageModel
+SequenceModel = models.SequenceModel
 
+BaseNormalization = normalizations.BaseNormalization
+BatchNorm = normalizations.BatchNorm
+compute_moments = normalizations.compute_moments
+GroupNorm = normalizations.GroupNorm
+IdentityNorm = normalizations.IdentityNorm
+LayerNorm = normalizations.LayerNorm
+RmsNorm = normalizations.RmsNorm
+RmsNormNoScale = normalizations.RmsNormNoScale
 
-for _module_name, _names in _OPTIONAL.items():
-  _reexport(globals(), _module_name, _names)
-del _module_name, _names
+LayerwiseShardablePipelined = pipeline.LayerwiseShardablePipelined
+
+GlobalPooling = poolings.GlobalPooling
+Pooling = poolings.Pooling
+
+Repeat = repeats.Repeat
+
+ResNet = resnets.ResNet
+ResNetBlock = resnets.ResNetBlock
+
+LanguageModelType = transformer_models.LanguageModelType
+TransformerEncoderDecoder = transformer_models.TransformerEncoderDecoder
+TransformerLm = transformer_models.TransformerLm
+
+compute_attention_masks_for_extend_step = (
+    transformers.compute_attention_masks_for_extend_step)
+compute_attention_masks_for_fprop = (
+    transformers.compute_attention_masks_for_fprop)
+PipelinedTransformer = transformers.PipelinedTransformer
+StackedTransformer = transformers.StackedTransformer
+StackedTransformerRepeated = transformers.StackedTransformerRepeated
+Transformer = transformers.Transformer
+TransformerFeedForward = transformers.TransformerFeedForward
+TransformerFeedForwardMoe = transformers.TransformerFeedForwardMoe

@@ -1,7 +1,6 @@
 """Tests of the activations (vs numpy formulas) and praxis.layers re-exports."""
 
 import math
-from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -12,6 +11,8 @@ from praxis import layers
 from praxis import pax_fiddle
 from praxis import test_utils
 from praxis.layers import activations
+from praxis.layers import normalizations
+from praxis.layers import transformer_models
 
 
 def np_sigmoid(x):
@@ -80,32 +81,14 @@ class LayersPackageTest(test_utils.TestCase):
                  'Sequential', 'Einsum', 'EinsumOp', 'ArrayLookup'):
       self.assertTrue(hasattr(layers, name), name)
 
-  def test_missing_name_is_skipped_and_logged(self):
-    namespace = {}
-    with self.assertLogs('absl', level='INFO') as logs:
-      copied = layers._reexport(
-          namespace, 'activations', ('Tanh', 'NoSuchLayer'))
-    self.assertEqual(copied, ['Tanh'])
-    self.assertEqual(namespace, {'Tanh': activations.Tanh})
-    self.assertIn('NoSuchLayer', logs.output[0])
-
-  def test_broken_module_is_skipped_with_a_warning(self):
-    namespace = {}
-    broken = mock.patch.object(
-        layers.importlib, 'import_module',
-        side_effect=RuntimeError('half-written module'))
-    with broken, self.assertLogs('absl', level='WARNING') as logs:
-      copied = layers._reexport(namespace, 'normalizations',
-                                    ('LayerNorm',))
-    self.assertEqual((copied, namespace), ([], {}))
-    self.assertIn('half-written module', logs.output[0])
-
-  def test_absent_module_is_skipped(self):
-    namespace = {}
-    with self.assertLogs('absl', level='INFO') as logs:
-      copied = layers._reexport(namespace, 'no_such_module', ('X',))
-    self.assertEqual((copied, namespace), ([], {}))
-    self.assertIn('does not exist', logs.output[0])
+  def test_reexports_of_the_other_modules(self):
+    self.assertIs(layers.LayerNorm, normalizations.LayerNorm)
+    self.assertIs(layers.TransformerLm, transformer_models.TransformerLm)
+    for name in ('DotProductAttention', 'causal_mask', 'Conv2D',
+                 'SharedEmbeddingSoftmax', 'LanguageModel', 'Pooling',
+                 'Repeat', 'ResNet', 'StackedTransformer',
+                 'LayerwiseShardablePipelined', 'AutodiffCheckpointType'):
+      self.assertTrue(hasattr(layers, name), name)
 
 
 if __name__ == '__main__':
