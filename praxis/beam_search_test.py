@@ -13,6 +13,7 @@ from praxis import decoder_hparams
 from praxis import decoder_utils
 from praxis import pax_fiddle
 from praxis import sample_decode
+from praxis import sample_decode_test
 from praxis import test_utils
 
 DECODE_CACHE = base_layer.DECODE_CACHE
@@ -37,28 +38,8 @@ def log_table(p_next):
   return np.log(probs).astype(np.float32)
 
 
-class BigramLm(base_layer.BaseLayer):
-  """logits = log p(next | previous id); caches the ids it was fed."""
-
-  table: tuple = ()
-
-  def __call__(self, ids, paddings):
-    del paddings
-    self.update_decode_state('seen', ids.astype(jnp.int32))
-    self.update_decode_state('time_step', jnp.array(ids.shape[1] - 1,
-                                                    jnp.int32))
-
-  def extend_step(self, ids, segment_pos):
-    del segment_pos
-    t = self.get_decode_state('time_step')
-    seen = self.get_decode_state('seen')
-    self.update_decode_state(
-        'seen', jax.lax.dynamic_update_slice(seen, ids[:, None], (0, t)))
-    self.update_decode_state('time_step', t + 1)
-    return jnp.asarray(self.table, jnp.float32)[ids]
-
-  def transform_decode_state(self, fn):
-    self.update_decode_state('seen', fn(self.get_decode_state('seen'), 0, 1))
+# logits = log p(next | previous id); the same toy LM as sample_decode's tests.
+BigramLm = sample_decode_test.BigramLm
 
 
 MODELS = {
