@@ -25,6 +25,7 @@ from paxml import eval_lib
 from paxml import executors
 from paxml import experiment_registry
 from paxml import train
+from praxis import base_hyperparams
 
 _EXP = flags.DEFINE_string('exp', None, 'The experiment to run.')
 _JOB_LOG_DIR = flags.DEFINE_string(
@@ -125,9 +126,7 @@ def run(argv) -> None:
     configs = train.ExperimentConfigs.from_experiment(experiment, _EXP.value)
     configs.apply_overrides(_overrides())
   except ValueError as e:
-    logging.error('%s', e)
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    _exit_with_error(e)
   options = executors.RunOptions(
       job_log_dir=pathlib.Path(_JOB_LOG_DIR.value),
       mode=_MODE.value,
@@ -139,12 +138,22 @@ def run(argv) -> None:
       restore_checkpoint_step=_RESTORE_STEP.value,
       enable_checkpoint_saving=_SAVE.value,
       enable_summary_writer=_SUMMARIES.value)
-  if options.mode == 'train':
-    train.train_and_evaluate(configs, options)
-  elif options.mode == 'eval':
-    eval_lib.evaluate(configs, options)
-  else:
-    eval_lib.decode(configs, options, once=options.mode == 'decode_once')
+  try:
+    if options.mode == 'train':
+      train.train_and_evaluate(configs, options)
+    elif options.mode == 'eval':
+      eval_lib.evaluate(configs, options)
+    else:
+      eval_lib.decode(configs, options, once=options.mode == 'decode_once')
+  except base_hyperparams.ConfigError as e:  # E.g. an input's file_pattern.
+    _exit_with_error(e)
+
+
+def _exit_with_error(error: Exception) -> None:
+  """Reports a configuration error in one line and exits with status 2."""
+  logging.error('%s', error)
+  print(f'error: {error}', file=sys.stderr)
+  sys.exit(2)
 
 
 def main() -> None:

@@ -194,6 +194,14 @@ class CommandLineErrorsTest(absltest.TestCase):
     self.assertIn("no field 'num_trian_steps'", error)
     self.assertIn("'num_train_steps'", error)
 
+  def test_bad_input_field_is_one_line_without_a_traceback(self):
+    result = _run_main(f'--exp={_EXP}', '--job_log_dir=/tmp/unused',
+                       '--fdl_set=datasets[0].batch_size=-1', check=False)
+    self.assertEqual(result.returncode, 2)
+    self.assertIn("error: InMemoryInput 'train': batch_size=-1 must be "
+                  'positive.', result.stderr)
+    self.assertNotIn('Traceback', result.stderr)
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -3,7 +3,7 @@
 Public names:
   instantiate, nested_struct_to_text, visit_nested_struct,
   FiddleBaseParameterizable, FiddleHParamsClassStub, BaseHyperParams,
-  sub_config_field, SubConfigFactory, HParamsView.
+  sub_config_field, SubConfigFactory, HParamsView, ConfigError.
 
 Pax classes are dataclasses configured with `pax_fiddle.Config`. Code written
 for the older Pax API instead declares hyper-parameters in a nested class and
@@ -37,6 +37,14 @@ from praxis import pax_fiddle
 # ----------------------------------------------------------------------------
 # Nested `HParams` classes (the older Pax style).
 # ----------------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+  """A configured value that cannot work (raised when a class checks it).
+
+  Its message names the object, the field, the value and what was expected;
+  `paxml.main` prints it as one line, without a traceback.
+  """
 
 
 def _owner_of(stub: type[Any]) -> type[Any] | None:

@@ -239,7 +239,7 @@ class BaseInput(base_hyperparams.FiddleBaseParameterizable,
     """A config error naming this input and one of its fields."""
     value = repr(getattr(self, field))
     value = value if len(value) <= 60 else value[:57] + '...'
-    return ValueError(
+    return base_hyperparams.ConfigError(
         f'{type(self).__name__} {self.name!r}: {field}={value} {problem}.'
     )
 

@@ -249,7 +249,7 @@ class SentencePieceTokenizer(BaseTokenizer):
     self.vocab_size = size
 
   def _error(self, field: str, problem: str) -> ValueError:
-    return ValueError(
+    return base_hyperparams.ConfigError(
         f'SentencePieceTokenizer {self.name!r}: {field}='
         f'{getattr(self, field)!r} {problem}.'
     )
