@@ -203,7 +203,7 @@ class Partitioner:
         if axes is None:
           continue
         axes = axes if isinstance(axes, tuple) else (axes,)
-        parts = int(np.prod([self.mesh.shape[a] for a in axes]))
+        parts = int(np.prod([self.mesh.shape.get(a, 1) for a in axes]))
         if dim % parts:
           raise ValueError(
               f'Cannot split the batch over the mesh {dict(self.mesh.shape)}: '
