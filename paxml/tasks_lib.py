@@ -410,7 +410,8 @@ class SingleTask(base_task.BaseTask):
       summary_accumulate_interval_steps: Steps whose summaries are averaged
         (None: no accumulation).
       async_summary_writing: Write summaries in a separate thread.
-      variable_norm_summary: Summarize each variable's norm.
+      variable_norm_summary: Summarize each variable's RMS (`vars/...`), computed
+        on the summary steps only (0 on the others).
       eval_interval_steps: Steps between evaluations (0: none).
       eval_skip_train: Do not evaluate on the training data.
       eval_use_ema_states: Evaluate the EMA variables.

@@ -391,7 +391,8 @@ def train_step_single_learner(
     new_states = states.new_state(mdl_vars=mdl_vars,
                                   opt_states=[new_opt_state])
     if jax_task.train.variable_norm_summary:
-      _add_variable_norm_summaries(new_states.mdl_vars)
+      _add_variable_norm_summaries(
+          new_states.mdl_vars, _is_summary_step(jax_task, states.step))
     bwd_summaries = base_layer.all_global_summaries()
 
   summaries = NestedMap(fwd_summaries)
@@ -401,13 +402,38 @@ def train_step_single_learner(
       per_example_out=per_example, summary_tensors=summaries)
 
 
-def _add_variable_norm_summaries(mdl_vars: Any) -> None:
-  """`vars/<path>`: the root mean square of each float variable."""
+def _is_summary_step(jax_task: tasks_lib.SingleTask,
+                     step: jax.Array) -> jax.Array:
+  """Whether the train program writes summaries after step `step` (traced)."""
+  done = step.astype(jnp.int32) + 1
+  interval = max(int(jax_task.train.summary_interval_steps or 1), 1)
+  return (done % interval == 0) | (done == jax_task.train.num_train_steps)
+
+
+def _add_variable_norm_summaries(mdl_vars: Any, compute: jax.Array) -> None:
+  """`vars/<path>`: the root mean square of each float variable.
+
+  A full pass over the variables: it runs only where `compute` holds (the
+  summary steps); the other steps report 0 without reading the variables.
+
+  Args:
+    mdl_vars: The variables.
+    compute: A traced bool.
+  """
   paths = jax.tree.leaves(trees.to_path_tree(mdl_vars))
-  for path, v in zip(paths, jax.tree.leaves(mdl_vars)):
-    if jnp.issubdtype(v.dtype, jnp.inexact):
-      rms = jnp.sqrt(jnp.mean(jnp.square(v.astype(jnp.float32))))
-      base_layer.add_global_summary(f'vars/{path}', rms)
+  floats = [(path, v) for path, v in zip(paths, jax.tree.leaves(mdl_vars))
+            if jnp.issubdtype(v.dtype, jnp.inexact)]
+
+  def norms():
+    return [jnp.sqrt(jnp.mean(jnp.square(v.astype(jnp.float32))))
+            for _, v in floats]
+
+  def zeros():
+    return [jnp.zeros((), jnp.float32) for _ in floats]
+
+  values = jax.lax.cond(compute, norms, zeros)
+  for (path, _), rms in zip(floats, values):
+    base_layer.add_global_summary(f'vars/{path}', rms)
 
 
 def _maybe_ema_vars(states: TrainState, use_ema: bool) -> Any:

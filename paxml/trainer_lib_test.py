@@ -188,6 +188,17 @@ class TrainStepTest(test_utils.TestCase):
                         np.ones(3))
     self.assertIn('vars/params/w_scalar', summaries)
 
+  def test_variable_norms_are_computed_on_summary_steps_only(self):
+    task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
+    task_p.train.summary_interval_steps = 2
+    task = base_hyperparams.instantiate(task_p)
+    _, states, outs, _ = _run(task, _batches(self.rng, 3))
+    norms = np.asarray(outs.summary_tensors['vars/params/w_scalar'])
+    # Step 2 (index 1) is a summary step: the RMS of the weights after it.
+    w = np.asarray(states.mdl_vars['params']['w'][1], np.float64)
+    self.assertAllClose(norms[1], np.sqrt(np.mean(w**2)), rtol=1e-6)
+    self.assertEqual((norms[0], norms[2]), (0.0, 0.0))
+
   @parameterized.named_parameters(
       ('adam', pax_fiddle.Config(optimizers.Adam, learning_rate=0.05)),
       ('sharded_adafactor', pax_fiddle.Config(
