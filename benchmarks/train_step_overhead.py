@@ -1,22 +1,30 @@
 """How much the Pax runner costs over a hand-written `jax.jit` training loop.
 
-Run: `python benchmarks/train_step_overhead.py [--steps=300]`.
+Run: `python benchmarks/train_step_overhead.py [--model=mlp] [--repeats=40]`.
 
-Both loops train the same model (a 3-layer MLP regression, 512 wide) with the
-same Adam math on the same batches, on whatever devices JAX sees:
+Both loops train the same model with the same Adam math on batches of the same
+shapes, on whatever devices JAX sees. The model is a small TransformerLm
+(`--model=transformer_lm`, the default: 2 layers, 128 wide, vocabulary 1024,
+batch 8 x 64 tokens) or, for a harsher test with a shorter step, a 3-layer
+MLP regression 512 wide (`--model=mlp`, batch 256):
 
-* reference: `jax.jit` of `value_and_grad` + `optax.adam`, state donated,
-  numpy batches passed straight in;
-* Pax: `SingleTaskTrainProgram.run` — input `get_next`, host-to-mesh batch
-  assembly, the partitioned `train_step_single_learner` (learner, metrics,
-  summaries), and the program's logging at `summary_interval_steps`.
+* reference: `jax.jit` of `value_and_grad` of the praxis model's loss +
+  `optax.adam`, state donated, numpy batches passed straight in;
+* Pax: `SingleTaskTrainProgram.run` — the input's `get_next`, the partitioned
+  `train_step_single_learner` (learner, metrics, summaries), and the program's
+  logging at `summary_interval_steps`.
 
-It prints the steady-state time per step of each (after compilation, best of
-several repeats, the two loops alternating) and their ratio: the runner's
-overhead.
+After compilation the two loops alternate in short runs, `--repeats` times
+`--steps` steps each, so that the machine's drift (other tenants of a shared
+VM, clock changes) hits both alike. It prints each loop's median time per step
+and main-thread CPU time per step (the host work), and the median of the
+paired runs' ratios: the runner's overhead.
+Then it times the two compiled steps alone (one fixed batch already on the
+devices), to tell the step's own math from the loop's host work.
 """
 
 import pathlib
+import statistics
 import tempfile
 import time
 
@@ -30,6 +38,7 @@ from paxml import learners
 from paxml import partitioning
 from paxml import programs
 from paxml import tasks_lib
+from paxml import trainer_lib
 from praxis import base_input
 from praxis import base_layer
 from praxis import base_model
@@ -39,14 +48,18 @@ from praxis import py_utils
 from praxis import schedules
 from praxis.layers import activations
 from praxis.layers import linears
+from praxis.layers import models
+from praxis.layers import transformer_models
+from praxis.layers import transformers
 
-_STEPS = flags.DEFINE_integer('steps', 300, 'Timed steps per repeat.')
-_REPEATS = flags.DEFINE_integer('repeats', 5, 'Repeats (best one counts).')
-_WIDTH = flags.DEFINE_integer('width', 512, 'Hidden width of the MLP.')
-_BATCH = flags.DEFINE_integer('batch', 256, 'Global batch size.')
+_MODEL = flags.DEFINE_enum('model', 'transformer_lm', ['transformer_lm', 'mlp'],
+                           'The model both loops train.')
+_STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps per repeat.')
+_REPEATS = flags.DEFINE_integer('repeats', 40, 'Alternating repeats.')
 
 NestedMap = py_utils.NestedMap
 _LR = 1e-3
+_EXAMPLES = 4096
 
 
 class MlpRegression(base_model.BaseModel):
@@ -70,23 +83,43 @@ class MlpRegression(base_model.BaseModel):
     return NestedMap(loss=(mse, jnp.array(1.0))), NestedMap()
 
 
-def make_data(n, width, seed=0):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(n, width)).astype(np.float32)
-  y = np.tanh(x @ rng.normal(size=(width, width)).astype(np.float32) / 30)
-  return {'inputs': x, 'targets': y.astype(np.float32)}
+def mlp_setup(rng):
+  """(model config, loss name, data, batch size) of the MLP regression."""
+  width = 512
+  x = rng.normal(size=(_EXAMPLES, width)).astype(np.float32)
+  w = rng.normal(size=(width, width)).astype(np.float32)
+  data = {'inputs': x, 'targets': np.tanh(x @ w / 30).astype(np.float32)}
+  model = pax_fiddle.Config(MlpRegression, name='model', width=width)
+  return model, 'loss', data, 256
 
 
-def make_task(width):
+def transformer_lm_setup(rng):
+  """(model config, loss name, data, batch size) of a small TransformerLm."""
+  vocab, seq_len, dims = 1024, 64, 128
+  ids = rng.integers(2, vocab, size=(_EXAMPLES, seq_len + 1), dtype=np.int32)
+  data = {
+      'ids': ids[:, :-1], 'labels': ids[:, 1:],
+      'paddings': np.zeros((_EXAMPLES, seq_len), np.float32),
+      'weights': np.ones((_EXAMPLES, seq_len), np.float32),
+  }
+  lm = pax_fiddle.Config(transformer_models.TransformerLm, model_dims=dims,
+                         vocab_size=vocab)
+  lm.stacked_transformer_tpl = pax_fiddle.Config(
+      transformers.StackedTransformer, num_layers=2, model_dims=dims,
+      hidden_dims=4 * dims, num_heads=4)
+  model = pax_fiddle.Config(models.LanguageModel, name='lm', lm_tpl=lm)
+  return model, 'total_loss', data, 8
+
+
+def make_task(model_p, loss_name):
   task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='bench')
-  task_p.model = pax_fiddle.Config(
-      MlpRegression, name='model', width=width,
-      params_init=base_layer.WeightInit.Gaussian(0.02))
+  model_p.params_init = base_layer.WeightInit.Gaussian(0.02)
+  task_p.model = model_p
   task_p.train.summary_interval_steps = 100
   task_p.train.eval_interval_steps = 0
   task_p.train.num_train_steps = 10**9
   task_p.train.learner = pax_fiddle.Config(
-      learners.Learner, loss_name='loss', grad_norm_summary=False,
+      learners.Learner, loss_name=loss_name, grad_norm_summary=False,
       var_norm_summary=False, check_valid_step=False,
       optimizer=pax_fiddle.Config(
           optimizers.Adam, learning_rate=_LR, epsilon=1e-8,
@@ -95,8 +128,30 @@ def make_task(width):
   return base_layer.instantiate(task_p)
 
 
-def pax_runner(task, data, batch):
-  """A function timing `steps` steps of the Pax train program."""
+def _timer(advance, state):
+  """A function timing `steps` calls of `state = advance(state)`.
+
+  It returns (wall time, this thread's CPU time) per call: the second is the
+  host work of the loop (Python, input, dispatch), without XLA's threads.
+  """
+  holder = [state]
+
+  def run(steps):
+    state = holder[0]
+    start, start_cpu = time.perf_counter(), time.thread_time()
+    for _ in range(steps):
+      state = advance(state)
+    jax.block_until_ready(state)
+    holder[0] = state
+    return ((time.perf_counter() - start) / steps,
+            (time.thread_time() - start_cpu) / steps)
+
+  run(3)  # Compile.
+  return run
+
+
+def pax_runners(task, data, batch):
+  """Timers of the Pax train program, and of its compiled step alone."""
   inp = base_input.InMemoryInput(
       name='train', batch_size=batch, data=data, is_training=True,
       input_random_seed=1)
@@ -104,85 +159,98 @@ def pax_runner(task, data, batch):
   spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                       inp.peek_padded())
   partitioner.setup(spec)
-  state = partitioner.initialize_state(jax.random.PRNGKey(0))
   program = programs.SingleTaskTrainProgram(
       task, inp, partitioner, pathlib.Path(tempfile.mkdtemp()),
       enable_summary_writer=False)
-  holder = {'state': state, 'step': 0}
 
-  def run(steps):
-    state, step = holder['state'], holder['step']
-    start = time.perf_counter()
-    for _ in range(steps):
-      state, _ = program.run(state, step)
-      step += 1
-    jax.block_until_ready(state)
-    holder.update(state=state, step=step)
-    return (time.perf_counter() - start) / steps
+  def program_step(state_and_step):
+    state, step = state_and_step
+    return program.run(state, step)[0], step + 1
 
-  run(3)  # Compile.
-  return run
+  loop = _timer(program_step,
+                (partitioner.initialize_state(jax.random.PRNGKey(0)), 0))
+  train_step = partitioner.partition(trainer_lib.train_step_single_learner)
+  key = jax.random.PRNGKey(1)
+  fixed = partitioner.to_global(inp.get_next())
+  step_alone = _timer(lambda state: train_step(state, key, fixed)[0],
+                      partitioner.initialize_state(jax.random.PRNGKey(0)))
+  return loop, step_alone
 
 
-def reference_runner(task, data, batch):
-  """A function timing `steps` steps of a hand-written jit loop."""
+def reference_runners(task, loss_name, data, batch):
+  """Timers of a hand-written jit loop, and of its jitted step alone."""
   model = task.model
-  x0 = {k: v[:batch] for k, v in data.items()}
-  params = model.init(jax.random.PRNGKey(0), NestedMap(x0))
   tx = optax.adam(_LR, eps=1e-8)
-  opt_state = tx.init(params)
+
+  def init():
+    params = model.init(jax.random.PRNGKey(0),
+                        NestedMap({k: v[:batch] for k, v in data.items()}))
+    return params, tx.init(params)
 
   def loss_fn(p, batch_):
     metrics, _ = model.apply(p, NestedMap(batch_))
-    return metrics['loss'][0]
+    return metrics[loss_name][0]
 
-  @jax.jit
   def step_fn(p, o, batch_):
     loss, grads = jax.value_and_grad(loss_fn)(p, batch_)
     updates, o = tx.update(grads, o, p)
     return optax.apply_updates(p, updates), o, loss
 
-  step_fn = jax.jit(step_fn.__wrapped__, donate_argnums=(0, 1))
+  step_fn = jax.jit(step_fn, donate_argnums=(0, 1))
   rng = np.random.default_rng(1)
-  n = len(data['inputs'])
 
   def next_batch():
-    idx = rng.integers(0, n, size=batch)
+    idx = rng.integers(0, _EXAMPLES, size=batch)
     return {k: v[idx] for k, v in data.items()}
 
-  holder = {'params': params, 'opt_state': opt_state}
+  loop = _timer(lambda po: step_fn(*po, next_batch())[:2], init())
+  fixed = jax.device_put(next_batch())
+  step_alone = _timer(lambda po: step_fn(*po, fixed)[:2], init())
+  return loop, step_alone
 
-  def run(steps):
-    params, opt_state = holder['params'], holder['opt_state']
-    start = time.perf_counter()
-    for _ in range(steps):
-      params, opt_state, _ = step_fn(params, opt_state, next_batch())
-    jax.block_until_ready(params)
-    holder.update(params=params, opt_state=opt_state)
-    return (time.perf_counter() - start) / steps
 
-  run(3)  # Compile.
-  return run
+def _alternate(run_ref, run_pax, repeats, steps):
+  """Paired runs: (median ratio pax/ref, quartiles of the ratios, median
+  (wall, host CPU) per step of the reference, of Pax)."""
+  refs, paxs = [], []
+  for _ in range(repeats):
+    refs.append(run_ref(steps))
+    paxs.append(run_pax(steps))
+  ratios = [p[0] / r[0] for p, r in zip(paxs, refs)]
+  quartiles = statistics.quantiles(ratios, n=4)
+
+  def medians(times):
+    return tuple(statistics.median(t[i] for t in times) for i in (0, 1))
+
+  return (statistics.median(ratios), (quartiles[0], quartiles[2]),
+          medians(refs), medians(paxs))
 
 
 def main(argv):
   del argv
-  width, batch = _WIDTH.value, _BATCH.value
-  data = make_data(4096, width)
-  task = make_task(width)
-  run_ref = reference_runner(task, data, batch)
-  run_pax = pax_runner(task, data, batch)
-  # Alternate the two so that drift of the machine hits both alike.
-  ref = pax = float('inf')
-  for _ in range(_REPEATS.value):
-    ref = min(ref, run_ref(_STEPS.value))
-    pax = min(pax, run_pax(_STEPS.value))
+  setup = {'mlp': mlp_setup, 'transformer_lm': transformer_lm_setup}
+  model_p, loss_name, data, batch = setup[_MODEL.value](
+      np.random.default_rng(0))
+  task = make_task(model_p, loss_name)
+  ref_loop, ref_step = reference_runners(task, loss_name, data, batch)
+  pax_loop, pax_step = pax_runners(task, data, batch)
+  ratio, (low, high), ref, pax = _alternate(
+      ref_loop, pax_loop, _REPEATS.value, _STEPS.value)
   print(f'devices: {jax.device_count()} x {jax.devices()[0].device_kind}')
-  print(f'model: 3-layer MLP width {width}, batch {batch}, Adam')
-  print(f'hand-written jax.jit loop: {ref * 1e3:.3f} ms/step')
-  print(f'Pax SingleTaskTrainProgram: {pax * 1e3:.3f} ms/step')
-  print(f'runner overhead: {100 * (pax / ref - 1):+.1f}% '
-        f'(ratio {pax / ref:.3f})')
+  print(f'model: {_MODEL.value}, batch {batch}, Adam; {_REPEATS.value} '
+        f'alternating runs of {_STEPS.value} steps')
+  for name, (wall, cpu) in (('hand-written jax.jit loop', ref),
+                            ('Pax SingleTaskTrainProgram', pax)):
+    print(f'{name}: {wall * 1e3:.3f} ms/step, host thread CPU '
+          f'{cpu * 1e3:.3f} ms/step (medians)')
+  print(f'runner overhead: {100 * (ratio - 1):+.1f}% (median ratio '
+        f'{ratio:.3f}; quartiles {low:.3f}-{high:.3f})')
+  # The compiled steps alone (one fixed batch on the devices, no input, no
+  # logging): how much of the difference is the step's own math.
+  ratio, (low, high), _, _ = _alternate(ref_step, pax_step, _REPEATS.value,
+                                        _STEPS.value)
+  print(f'compiled steps alone: {100 * (ratio - 1):+.1f}% (median ratio '
+        f'{ratio:.3f}; quartiles {low:.3f}-{high:.3f})')
 
 
 if __name__ == '__main__':
