@@ -122,8 +122,7 @@ class SingleTaskTrainProgram(Program):
     state, outputs = self._step_fn(state, self._key, inputs)
     self._bound_steps_in_flight(outputs)
     new_step = step + 1
-    interval = max(int(self._train.summary_interval_steps), 1)
-    if new_step % interval == 0 or new_step == self.num_train_steps:
+    if trainer_lib.is_summary_step(self._train, new_step):
       self._report(new_step, outputs, batch_size=len(jax.tree.leaves(batch)[0]))
     if self._should_eval_train(new_step):
       _, eval_out = self._eval_fn(state, jax.random.fold_in(self._key, step),

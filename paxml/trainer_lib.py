@@ -3,7 +3,7 @@
 Public names: StepFnOutput, BaseStepFnStaticArgs, TrainStateMetadata,
 create_train_state_metadata, initialize_model_state, get_excluded_var_masks,
 train_step_single_learner, eval_step_single_learner, decode_step,
-decode_step_for_partitioner.
+decode_step_for_partitioner, is_summary_step.
 
 Everything here is pure: no I/O and no `jax.jit`. The partitioner compiles
 each step once over the global mesh; values are global, so nothing is
@@ -392,7 +392,8 @@ def train_step_single_learner(
                                   opt_states=[new_opt_state])
     if jax_task.train.variable_norm_summary:
       _add_variable_norm_summaries(
-          new_states.mdl_vars, _is_summary_step(jax_task, states.step))
+          new_states.mdl_vars,
+          is_summary_step(jax_task.train, states.step.astype(jnp.int32) + 1))
     bwd_summaries = base_layer.all_global_summaries()
 
   summaries = NestedMap(fwd_summaries)
@@ -402,12 +403,21 @@ def train_step_single_learner(
       per_example_out=per_example, summary_tensors=summaries)
 
 
-def _is_summary_step(jax_task: tasks_lib.SingleTask,
-                     step: jax.Array) -> jax.Array:
-  """Whether the train program writes summaries after step `step` (traced)."""
-  done = step.astype(jnp.int32) + 1
-  interval = max(int(jax_task.train.summary_interval_steps or 1), 1)
-  return (done % interval == 0) | (done == jax_task.train.num_train_steps)
+def is_summary_step(train_p: Any, steps_done: Any) -> Any:
+  """Whether the train program writes summaries once `steps_done` are done.
+
+  Every `summary_interval_steps`, and after the last step. Works on Python
+  ints (the program's loop) and on traced step counts (inside the step).
+
+  Args:
+    train_p: The task's `train` settings.
+    steps_done: Steps completed, the current one included.
+
+  Returns:
+    A bool, or a traced bool.
+  """
+  interval = max(int(train_p.summary_interval_steps or 1), 1)
+  return (steps_done % interval == 0) | (steps_done == train_p.num_train_steps)
 
 
 def _add_variable_norm_summaries(mdl_vars: Any, compute: jax.Array) -> None:
