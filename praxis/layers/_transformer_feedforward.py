@@ -130,6 +130,25 @@ def add_residual(layer: base_layer.BaseLayer, x: JTensor, y: JTensor):
   return x + y * getattr(layer, 'residual_weight', 1.0)
 
 
+def padding_keep(layer: base_layer.BaseLayer, inputs: JTensor,
+                 paddings: JTensor | None) -> tuple[JTensor, JTensor | None]:
+  """(inputs, keep): keep is 1 - paddings as [B, T, 1] (None without them);
+  with `apply_padding_first` the inputs come back zeroed at padded steps."""
+  keep = None if paddings is None else (1.0 - paddings[..., None])
+  if layer.apply_padding_first and keep is not None:
+    inputs = inputs * keep.astype(inputs.dtype)
+  return inputs, keep
+
+
+def finish_branch(layer: base_layer.BaseLayer, residual: JTensor,
+                  outputs: JTensor) -> JTensor:
+  """The branch's post-norm and residual dropout, then the skip connection."""
+  outputs = layer.residual_dropout(post_norm(layer, outputs))
+  if layer.add_skip_connection:
+    outputs = add_residual(layer, residual, outputs)
+  return outputs
+
+
 def create_droppath(layer: base_layer.BaseLayer) -> None:
   """Creates `residual_droppath` if residual_droppath_prob > 0."""
   if layer.residual_droppath_prob > 0.0:
@@ -287,9 +306,7 @@ class TransformerFeedForward(base_layer.BaseLayer):
   ) -> JTensor:
     """Applies the block to `inputs` [B, T, D] (paddings [B, T])."""
     del segment_ids
-    keep = None if paddings is None else (1.0 - paddings[..., None])
-    if self.apply_padding_first and keep is not None:
-      inputs = inputs * keep.astype(inputs.dtype)
+    inputs, keep = padding_keep(self, inputs, paddings)
     residual = inputs
     x = pre_norm(self, inputs)
     hidden = self.ffn_layer1(x)
@@ -302,9 +319,7 @@ class TransformerFeedForward(base_layer.BaseLayer):
     outputs = checkpoint_name(outputs, 'ffn2')
     if not self.apply_padding_first and keep is not None:
       outputs = outputs * keep.astype(outputs.dtype)
-    outputs = self.residual_dropout(post_norm(self, outputs))
-    if self.add_skip_connection:
-      outputs = add_residual(self, residual, outputs)
+    outputs = finish_branch(self, residual, outputs)
     if self.norm_policy == 'post_skip':
       outputs = self.layer_norm(outputs)
     return outputs
@@ -478,16 +493,12 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
   ) -> JTensor:
     """Applies the block to `inputs` [B, T, D] (paddings [B, T])."""
     del segment_ids
-    keep = None if paddings is None else (1.0 - paddings[..., None])
-    if self.apply_padding_first and keep is not None:
-      inputs = inputs * keep.astype(inputs.dtype)
+    inputs, keep = padding_keep(self, inputs, paddings)
     residual = inputs
     outputs, aux_loss = self._experts(pre_norm(self, inputs))
     if keep is not None:
       outputs = outputs * keep.astype(outputs.dtype)
-    outputs = self.residual_dropout(post_norm(self, outputs))
-    if self.add_skip_connection:
-      outputs = add_residual(self, residual, outputs)
+    outputs = finish_branch(self, residual, outputs)
     aux_loss = aux_loss.astype(self.fprop_dtype)
     aux_loss = aux_loss * self.moe_load_balance_loss_weight
     self.add_summary('aux_moe_load_balance_loss', aux_loss)
