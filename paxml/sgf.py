@@ -1,11 +1,14 @@
 """Stochastic gradient functions: how a learner turns a loss into gradients.
 
-Public names: GradAuxInfo, BaseStochasticGradient, StandardGradient.
+Public names: GradAuxInfo, BaseStochasticGradient, StandardGradient, and
+the differentially private variants (DPGradAuxInfo, DpSgdStochasticGradient,
+MicrobatchDpSgdStochasticGradient, AugMulDpSgdStochasticGradient,
+PerLayerDpSgdStochasticGradient, GhostClippingDpSgdStochasticGradient,
+PercoreClippedDpSgdGradient) from the private sibling `_dp_sgf`.
 
 A loss function takes `(vars_with_grad, (vars_without_grad, inputs),
 prng_key)` and returns `(loss, GradAuxInfo)`; a gradient function returns
-`((loss, aux), grads)` with grads shaped like `vars_with_grad`. The
-differentially private variants of Pax are not provided.
+`((loss, aux), grads)` with grads shaped like `vars_with_grad`.
 """
 
 from __future__ import annotations
@@ -66,3 +69,17 @@ class StandardGradient(BaseStochasticGradient):
     (loss, aux), grads = value_and_grad(
         mdl_vars_grad, mdl_vars_nograd_and_inputs, prng_key)
     return (loss, self.process_aux_info(aux)), grads
+
+
+# The DP-SGD variants live in a private sibling that builds on the classes
+# above, so they are imported last.
+from paxml import _dp_sgf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+DPGradAuxInfo = _dp_sgf.DPGradAuxInfo
+DpSgdStochasticGradient = _dp_sgf.DpSgdStochasticGradient
+MicrobatchDpSgdStochasticGradient = _dp_sgf.MicrobatchDpSgdStochasticGradient
+AugMulDpSgdStochasticGradient = _dp_sgf.AugMulDpSgdStochasticGradient
+PerLayerDpSgdStochasticGradient = _dp_sgf.PerLayerDpSgdStochasticGradient
+GhostClippingDpSgdStochasticGradient = (
+    _dp_sgf.GhostClippingDpSgdStochasticGradient)
+PercoreClippedDpSgdGradient = _dp_sgf.PercoreClippedDpSgdGradient
