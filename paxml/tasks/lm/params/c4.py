@@ -3,17 +3,18 @@ r"""Decoder-only LM experiments on a local copy of C4 (Pax's `c4`).
 Public names: C4_DATA_DIR_ENV, GPT_EOS_ID, GPT_SPM_NAME, c4_files, C4Input,
 c4_datasets, C4UnsupervisedDataset, set_adam_and_learning_rate_schedule,
 configure_gpt3_task, TransformerLmSpmdAdam, TransformerLmSpmdPipelineAdam,
-LmCloudSpmdAdam, C4SpmdAdam, C4SpmdGpt3AdamOrgHP,
-C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas, C4SpmdGpt3L16AdamOrgHP,
-C4SpmdPipelineAdam, C4SpmdPipelineGpt3AdamOrgHP,
-C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas,
+LmCloudSpmdAdam, LmCloudSpmdAdamLimitSteps, EarlyStoppingFn, C4SpmdAdam,
+C4SpmdGpt3AdamOrgHP, C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas,
+C4SpmdGpt3L16AdamOrgHP, C4SpmdPipelineAdam, C4SpmdPipelineGpt3AdamOrgHP,
+C4SpmdPipelineGpt3AdamMLPerfHP, C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas,
 C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas,
 C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas,
 C4SpmdPipelineGpt3AdamMLPerfHPBS3k768Replicas,
 C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas,
 C4SpmdPipelineGpt3AdamMLPerfHPBS8k1024Replicas,
-C4SpmdPipelineGpt3SmallAdam64Replicas, C4Spmd1BAdam4Replicas,
-C4Spmd2BAdam4Replicas, C4Spmd16BAdam32Replicas, C4Spmd32BAdam64Replicas.
+C4SpmdPipelineGpt3SmallAdam64Replicas, C4SpmdPipelineGpt3SmallAdam8Replicas,
+C4Spmd1BAdam4Replicas, C4Spmd1BAdam4ReplicasLimitSteps, C4Spmd2BAdam4Replicas,
+C4Spmd16BAdam32Replicas, C4Spmd32BAdam64Replicas.
 
 No TensorFlow, SeqIO or TFDS: `C4Input` reads the `c4/en` shards from a
 local folder (`$C4_DATA_DIR`, or the input's `data_dir` field) with
@@ -50,11 +51,11 @@ from paxml import base_experiment
 from paxml import experiment_registry
 from paxml import grain_input
 from paxml.tasks.lm import model_params
+from paxml.tasks.lm.params import _c4_recipes
 from paxml.tasks.lm.params import lm_cloud
+from praxis import base_hyperparams
 from praxis import base_layer
-from praxis import optimizers
 from praxis import pax_fiddle
-from praxis import schedules
 from praxis import tokenizers
 from praxis.layers import activations
 from praxis.layers import checkpoint_policy
@@ -185,79 +186,9 @@ class C4UnsupervisedDataset(base_experiment.BaseExperiment):
 # ----------------------------------------------------------------------------
 
 
-def set_adam_and_learning_rate_schedule(exp: Any, task_p: TaskConfig
-                                        ) -> TaskConfig:
-  """Adam and the LR_SCHEDULE of the experiment's ADAM_* and LR_* attributes.
-
-  Args:
-    exp: The experiment (its CLASS_ATTRs are read).
-    task_p: The task config (changed in place).
-
-  Returns:
-    `task_p`.
-  """
-  learner_p = task_p.train.learner
-  learner_p.loss_name = 'total_loss'
-  learner_p.optimizer = pax_fiddle.Config(
-      optimizers.Adam, beta1=exp.ADAM_BETA1 or 0.9,
-      beta2=exp.ADAM_BETA2 or 0.999, weight_decay=exp.WEIGHT_DECAY or 0.0,
-      epsilon=exp.ADAM_EPSILON or 1e-6,
-      epsilon_root=exp.ADAM_EPSILON_ROOT or 0.0,
-      clip_gradient_norm_to_value=exp.CLIP_GRADIENT_NORM_TO_VALUE or 5.0,
-      clip_threshold=exp.ADAM_CLIP_THRESHOLD or 1.0,
-      learning_rate=exp.LEARNING_RATE)
-  kinds = {
-      'linear_rampup_exponential_decay': (
-          schedules.LinearRampupExponentialDecay, 'LR_LRED_'),
-      'linear_rampup_cosine_decay': (
-          schedules.LinearRampupCosineDecay, 'LR_COS_'),
-  }
-  if exp.LR_SCHEDULE not in kinds:
-    raise ValueError(f'{type(exp).__name__}: LR_SCHEDULE={exp.LR_SCHEDULE!r} '
-                     f'must be one of {sorted(kinds)}.')
-  cls, prefix = kinds[exp.LR_SCHEDULE]
-  attr = lambda name: getattr(exp, prefix + name)
-  learner_p.optimizer.lr_schedule = pax_fiddle.Config(
-      cls, warmup_steps=attr('WARMUP'), decay_start=attr('DECAY_START'),
-      decay_end=attr('DECAY_END'), min_ratio=attr('MIN_RATIO'),
-      max=attr('MAX'))
-  return task_p
-
-
-def configure_gpt3_task(exp: Any, task_p: TaskConfig) -> TaskConfig:
-  """GPT-3's settings (paper and Megatron-LM convergence match).
-
-  Gaussian(0.006) init, no softmax bias or logit cap, no sqrt(D) embedding
-  scale, LAYERNORM_EPSILON, biased attention without per-dim scale, tanh
-  GELU.
-
-  Args:
-    exp: The experiment (its CLASS_ATTRs are read).
-    task_p: The task config (changed in place).
-
-  Returns:
-    `task_p`.
-  """
-  model_p = task_p.model
-  model_p.params_init = WeightInit.Gaussian(0.006)
-  lm_p = model_p.lm_tpl
-  lm_p.softmax_tpl.params_init = WeightInit.Gaussian(0.006)
-  lm_p.softmax_tpl.feed_forward_tpl.has_bias = False
-  lm_p.softmax_tpl.soft_cap_logits = None
-  emb_p = lm_p.separate_embedding_tpl or lm_p.softmax_tpl
-  emb_p.scale_sqrt_depth = False
-  emb_p.lookup_style = exp.EMBEDDING_LOOKUP_STYLE
-  if exp.TRAINABLE_POSITION_EMB:
-    lm_p.position_emb_tpl.lookup_style = exp.EMBEDDING_LOOKUP_STYLE
-  layer_p = model_params.inner_stack(
-      lm_p.stacked_transformer_tpl).transformer_layer_params_tpl
-  layer_p.ln_tpl.epsilon = exp.LAYERNORM_EPSILON
-  layer_p.tr_fflayer_tpl.ln_tpl.epsilon = exp.LAYERNORM_EPSILON
-  lm_p.final_ln_tpl.epsilon = exp.LAYERNORM_EPSILON
-  layer_p.tr_atten_tpl.internal_enable_per_dim_scale = False
-  layer_p.tr_atten_tpl.use_bias = True
-  layer_p.tr_fflayer_tpl.activation_tpl.approximate = True
-  return task_p
+set_adam_and_learning_rate_schedule = (
+    _c4_recipes.set_adam_and_learning_rate_schedule)
+configure_gpt3_task = _c4_recipes.configure_gpt3_task
 
 
 def _c4_decoding(exp: Any, task_p: TaskConfig) -> TaskConfig:
@@ -362,6 +293,36 @@ class LmCloudSpmdAdam(TransformerLmSpmdAdam):
   def datasets(self) -> list[pax_fiddle.Config[Any]]:
     return lm_cloud.synthetic_datasets(self.PERCORE_BATCH_SIZE,
                                        self.MAX_SEQ_LEN)
+
+
+@experiment_registry.register
+class LmCloudSpmdAdamLimitSteps(LmCloudSpmdAdam):
+  """LmCloudSpmdAdam stopped after 4,000 steps."""
+
+  NUM_TRAIN_STEPS = 4000
+
+
+class EarlyStoppingFn(base_hyperparams.FiddleBaseParameterizable):
+  """Stops training once C4 validation log-perplexity reaches a target.
+
+  Set as `task_p.early_stopping_fn`; the runner calls it after each eval.
+
+  Attributes:
+    target_log_pplx: Stop when eval_test_C4Validation's log_pplx is at or
+      below this.
+  """
+
+  target_log_pplx: float | None = None
+
+  def __call__(self, metrics: dict[str, float], running_mode: Any,
+               global_step: int, is_last_ckpt: bool,
+               checkpoint_path: Any) -> bool:
+    """True when training should stop."""
+    del running_mode, global_step, is_last_ckpt, checkpoint_path
+    log_pplx = metrics.get('eval_test_C4Validation/metrics/log_pplx')
+    if log_pplx is None or self.target_log_pplx is None:
+      return False
+    return log_pplx <= self.target_log_pplx
 
 
 # ----------------------------------------------------------------------------
@@ -562,6 +523,23 @@ class C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas(C4SpmdPipelineGpt3AdamOrgHP):
   STREAM_IO = False
 
 
+class C4SpmdPipelineGpt3AdamMLPerfHP(C4SpmdPipelineGpt3AdamOrgHP):
+  """Pipelined GPT-3 as MLPerf's reference trains it (a base: subclasses set
+  the eval and checkpoint intervals; the learning rate and cosine steps
+  follow from the global batch, see set_adam_and_learning_rate_schedule)."""
+
+  VOCAB_SIZE = 51200
+  FPROP_DTYPE = jnp.float32
+  SUMMARY_INTERVAL_STEPS = 1
+  EVAL_INTERVAL_STEPS = None
+  CHECKPOINT_EVERY_N_STEPS = None
+  CHECKPOINT_MAX_TO_KEEP = 100
+  LEARNING_RATE = None
+  LR_COS_WARMUP = None
+  LR_COS_DECAY_START = None
+  LR_COS_DECAY_END = None
+
+
 @experiment_registry.register
 class C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas(
     C4SpmdPipelineGpt3AdamOrgHP):
@@ -691,6 +669,28 @@ class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdPipelineGpt3AdamOrgHP):
 
 
 @experiment_registry.register
+class C4SpmdPipelineGpt3SmallAdam8Replicas(C4SpmdPipelineGpt3AdamOrgHP):
+  """GPT-3 XL (1.3B) in bf16, 2 stages on 8 replicas, global batch 512."""
+
+  NUM_STAGES = 2
+  NUM_LAYERS = 24
+  NUM_HEADS = 24
+  MODEL_DIMS = 3072
+  HIDDEN_DIMS = MODEL_DIMS * 4
+  DIMS_PER_HEAD = 128
+  VOCAB_SIZE = 51200
+  PERCORE_BATCH_SIZE = 64
+  MICROBATCH_SIZE = 8
+  FPROP_DTYPE = jnp.bfloat16
+  LEARNING_RATE = 2.0e-4
+  ICI_MESH_SHAPE = (2, 1, 2, 2)
+  CHECKPOINT_MAX_TO_KEEP = 1000
+  EVAL_INTERVAL_STEPS = 10
+  SUMMARY_INTERVAL_STEPS = 5
+  CHECKPOINT_EVERY_N_STEPS = 200
+
+
+@experiment_registry.register
 class C4Spmd1BAdam4Replicas(C4SpmdAdam):
   """1B parameters on 4 replicas; global batch 1 * 4 * 1 * 32 = 128."""
 
@@ -707,6 +707,13 @@ class C4Spmd1BAdam4Replicas(C4SpmdAdam):
   SUMMARY_INTERVAL_STEPS = 10
   CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
   ICI_MESH_SHAPE = (1, 4, 1)
+
+
+@experiment_registry.register
+class C4Spmd1BAdam4ReplicasLimitSteps(C4Spmd1BAdam4Replicas):
+  """C4Spmd1BAdam4Replicas stopped after 15,000 steps."""
+
+  NUM_TRAIN_STEPS = 15000
 
 
 @experiment_registry.register
