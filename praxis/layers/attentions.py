@@ -1128,3 +1128,13 @@ class DotProductAttention(base_layer.BaseLayer):
         'supported.'
     )
 
+
+# The block-local attentions build on DotProductAttention above, so their
+# private sibling is imported last.
+from praxis.layers import _local_attention  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+convert_to_block = _local_attention.convert_to_block
+extract_block_context = _local_attention.extract_block_context
+LocalSelfAttention = _local_attention.LocalSelfAttention
+LocalSelfAttentionRelativeBias = _local_attention.LocalSelfAttentionRelativeBias
+LocalSelfAttentionAlibi = _local_attention.LocalSelfAttentionAlibi
