@@ -787,9 +787,22 @@ class DotProductAttention(base_layer.BaseLayer):
       dropout: bool,
   ) -> tuple[JTensor, JTensor]:
     """`dot_product_attention` with this layer's options ([B, T, N, H])."""
+    return self._attend_scaled(self._scale_query(query), key, value,
+                               atten_mask, relative_bias, dropout)
+
+  def _attend_scaled(
+      self,
+      query: JTensor,
+      key: JTensor,
+      value: JTensor,
+      atten_mask: JTensor,
+      relative_bias: JTensor | None,
+      dropout: bool,
+  ) -> tuple[JTensor, JTensor]:
+    """`_attend` for queries already scaled by `_scale_query`."""
     h = query.shape[-1]
     return dot_product_attention(
-        self._scale_query(query),
+        query,
         key,
         value,
         atten_mask,
@@ -1138,3 +1151,11 @@ extract_block_context = _local_attention.extract_block_context
 LocalSelfAttention = _local_attention.LocalSelfAttention
 LocalSelfAttentionRelativeBias = _local_attention.LocalSelfAttentionRelativeBias
 LocalSelfAttentionAlibi = _local_attention.LocalSelfAttentionAlibi
+
+# Transformer-XL attentions, built on the classes above.
+from praxis.layers import _attention_xl  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+create_relative_positional_embedding = (
+    _attention_xl.create_relative_positional_embedding)
+DotProductAttentionXL = _attention_xl.DotProductAttentionXL
+LocalSelfAttentionXL = _attention_xl.LocalSelfAttentionXL

@@ -1,4 +1,4 @@
-"""LocalSelfAttention*: against the real Pax 1.4's outputs and numpy."""
+"""Local and Transformer-XL attentions: against the real Pax 1.4 and numpy."""
 
 import json
 import os

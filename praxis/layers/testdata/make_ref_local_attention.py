@@ -1,4 +1,4 @@
-"""Writes local_attention_ref.npz: the real Pax 1.4's LocalSelfAttention*.
+"""Writes local_attention_ref.npz: the real Pax 1.4's local and XL attentions.
 
 Run under the reference environment (../shared/reference-pax), from a folder
 where this project's praxis is not importable:
@@ -38,6 +38,12 @@ CASES = {
                                  right_context=1)),
     'local_alibi': ('LocalSelfAttentionAlibi',
                     dict(block_size=2, left_context=3, right_context=1)),
+    'xl': ('DotProductAttentionXL', dict(rel_pos_emb_dim=6)),
+    'xl_no_bias': ('DotProductAttentionXL',
+                   dict(rel_pos_emb_dim=4, use_bias=False)),
+    'local_xl': ('LocalSelfAttentionXL',
+                 dict(block_size=2, left_context=3, right_context=1,
+                      rel_pos_emb_dim=6)),
 }
 
 
