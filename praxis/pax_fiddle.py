@@ -27,18 +27,23 @@ Example:
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import dataclasses
 import difflib
+import dis
 import functools
 import inspect
+import types
 import typing
 from typing import Any, Callable, Generic, TypeVar
 
 import fiddle as fdl
 from fiddle import daglish
+from fiddle import signatures
 from fiddle.experimental import auto_config as fdl_auto_config
+from fiddle.experimental import auto_config_policy
 from flax.linen import module as flax_module
 
 T = TypeVar('T')
@@ -61,7 +66,6 @@ materialize_defaults = fdl.materialize_defaults
 set_tagged = fdl.set_tagged
 Tag = fdl.Tag
 TaggedValue = fdl.TaggedValue
-update_callable = fdl.update_callable
 BasicTraversal = daglish.BasicTraversal
 MemoizedTraversal = daglish.MemoizedTraversal
 iterate = daglish.iterate
@@ -122,12 +126,11 @@ class _PaxBuildableMixin(CloneAndSetMixin):
           f'{_class_name(fn_or_cls)} has no field(s) '
           f'{", ".join(map(repr, unknown))}.{hints}'
       ) from e
-    _expand_pax_field_defaults(self)
+    _apply_field_metadata(self)
 
   def __setattr__(self, name: str, value: Any) -> None:
     if name == 'cls':
-      fdl.update_callable(self, value)
-      _expand_pax_field_defaults(self)
+      update_callable(self, value)
       return
     try:
       super().__setattr__(name, value)
@@ -160,25 +163,62 @@ class _PaxBuildableMixin(CloneAndSetMixin):
   def copy_fields_from(
       self, source: Any, missing_fields_in_self: typing.Container[str] = ()
   ) -> None:
-    """Copies every field of `source` (a config) that this config also has.
+    """Copies the dataclass fields of `source` (a config) into this config.
+
+    Set values are deep-copied; a field unset in `source` takes its plain
+    default, or is unset here too when both classes share its default
+    factory. `parent` is never copied.
 
     Args:
-      source: A config whose argument values are copied (deep-copied).
-      missing_fields_in_self: Names present in `source` but absent here that
-        may be skipped silently; any other absent name raises ValueError.
+      source: A `Config` of a dataclass.
+      missing_fields_in_self: Names of `source` fields this config may lack
+        (skipped); any other field it lacks raises ValueError.
+
+    Raises:
+      TypeError: `source` is not a Pax config.
+      ValueError: A field cannot be copied (see above), or `source` leaves a
+        required field unset, or its default comes from a different factory.
     """
-    own = set(self.__signature_info__.valid_param_names)
-    for name, value in _arguments_with_defaults(source).items():
-      if name in ('name', 'parent'):
+    if not isinstance(source, _PaxBuildableMixin):
+      raise TypeError(
+          'copy_fields_from: source must be a pax_fiddle.Config, got '
+          f'{type(source).__name__}.'
+      )
+    source = source.clone()
+    source_fields = _init_fields(source.__fn_or_cls__)
+    own_fields = _init_fields(self.__fn_or_cls__)
+    for name in source_fields:
+      if name not in own_fields and name not in missing_fields_in_self:
+        raise ValueError(f'Copying incompatible HParams: {name!r} not in self')
+    for name, own in own_fields.items():
+      theirs = source_fields.get(name)
+      if theirs is None:
         continue
-      if name not in own:
-        if name in missing_fields_in_self:
-          continue
+      if name in source.__arguments__:
+        setattr(self, name, source.__arguments__[name])
+      elif theirs.default is not dataclasses.MISSING:
+        setattr(self, name, theirs.default)
+      elif theirs.default_factory is dataclasses.MISSING:
         raise ValueError(
-            f'copy_fields_from: {_class_name(self.__fn_or_cls__)} has no '
-            f'field {name!r} of {_class_name(source.__fn_or_cls__)}.'
+            "Can't copy from missing required value "
+            f'{_class_name(source.__fn_or_cls__)}.{name}'
         )
-      setattr(self, name, copy.deepcopy(value))
+      elif theirs.default_factory == own.default_factory:
+        self.__arguments__.pop(name, None)
+      else:
+        raise ValueError(
+            "Can't copy from default_factory "
+            f'{_class_name(source.__fn_or_cls__)}.{name}'
+        )
+
+
+def _init_fields(fn_or_cls: Any) -> dict[str, dataclasses.Field]:
+  """The `__init__` dataclass fields of `fn_or_cls` but `parent`."""
+  return {
+      name: fld
+      for name, fld in _dataclass_fields(fn_or_cls).items()
+      if fld.init and name != 'parent'
+  }
 
 
 class PaxConfig(Generic[T], _PaxBuildableMixin, fdl.Config[T]):
@@ -189,7 +229,10 @@ class PaxPartial(Generic[T], _PaxBuildableMixin, fdl.Partial[T]):
   """A `fdl.Partial` with Pax's conveniences."""
 
 
-PaxArgFactory = fdl.ArgFactory
+class PaxArgFactory(Generic[T], _PaxBuildableMixin, fdl.ArgFactory[T]):
+  """A `fdl.ArgFactory` with Pax's conveniences."""
+
+
 Config = PaxConfig
 Partial = PaxPartial
 ArgFactory = PaxArgFactory
@@ -203,46 +246,92 @@ def signatures_of(fn_or_cls: Any) -> list[str]:
     return []
 
 
-def _arguments_with_defaults(buildable: fdl.Buildable) -> dict[str, Any]:
-  """Every named argument of `buildable`: set values, then known defaults."""
-  result = {}
-  for name, param in buildable.__signature_info__.parameters.items():
-    if name in buildable.__arguments__:
-      result[name] = buildable.__arguments__[name]
-    elif param.default is not param.empty:
-      result[name] = param.default
-  return result
-
-
 # ----------------------------------------------------------------------------
 # Pax dataclass fields.
 # ----------------------------------------------------------------------------
+
+
+def _tag_tuple(tags: Any) -> tuple[Any, ...]:
+  """`tags` (one tag or a collection of them) as a tuple."""
+  if isinstance(tags, type) and issubclass(tags, fdl.Tag):
+    return (tags,)
+  return tuple(tags)
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldMetadata:
+  """What a Pax dataclass field tells the configs of its class.
+
+  Attributes:
+    tags: Fiddle tags given to the field's argument in every config.
+    buildable_initializer: Makes the argument's value in a new config when it
+      is not given (e.g. `Config(Linear)` for `instance_field(Linear)`), or
+      None to leave the argument unset.
+  """
+
+  tags: tuple[Any, ...]
+  buildable_initializer: Callable[[], Any] | None
+
+
+def field_metadata(fld: dataclasses.Field) -> FieldMetadata | None:
+  """The `FieldMetadata` of a dataclass field, or None for a plain field."""
+  md = fld.metadata
+  if _TAGS not in md and _CONFIG_FACTORY not in md:
+    return None
+  return FieldMetadata(
+      tags=_tag_tuple(md.get(_TAGS, ())),
+      buildable_initializer=md.get(_CONFIG_FACTORY),
+  )
 
 
 def field(
     *,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
     tags: Any = (),
-    metadata: dict[str, Any] | None = None,
+    metadata: typing.Mapping[Any, Any] | None = None,
     configurable_factory: bool = False,
     **kwargs: Any,
 ) -> Any:
-  """A dataclass field whose default a Pax config can hold as a `Config`.
+  """A dataclass field with tags, whose default a config can hold as a config.
+
+  Example:
+
+    @dataclasses.dataclass
+    class Model:
+      init: WeightInit = pax_fiddle.field(default_factory=default_init)
 
   Args:
-    default_factory: Makes the default value.
-    tags: Fiddle tags for the argument.
+    default_factory: Makes the default value. If it is `auto_config`'d, a
+      config of the class holds `default_factory.as_buildable()` instead.
+    tags: One fiddle tag or a collection of them, put on the argument.
     metadata: Extra dataclass metadata.
-    configurable_factory: If True, `default_factory` is itself configured: the
-      config's default is `Config(default_factory)`.
+    configurable_factory: If True, a config holds `Config(default_factory)`,
+      so the factory's own arguments can be changed (not for `auto_config`'d
+      factories).
     **kwargs: Passed to `dataclasses.field`.
 
   Returns:
     A `dataclasses.Field`.
+
+  Raises:
+    ValueError: `configurable_factory` with an `auto_config`'d factory, or
+      with a factory that has no signature.
   """
   metadata = dict(metadata or {})
-  metadata[_TAGS] = tags
-  if configurable_factory:
+  metadata[_TAGS] = _tag_tuple(tags)
+  if fdl_auto_config.is_auto_config(default_factory):
+    if configurable_factory:
+      raise ValueError(
+          "configurable_factory should not be used with auto_config'ed "
+          'functions.'
+      )
+    metadata[_CONFIG_FACTORY] = default_factory.as_buildable
+  elif configurable_factory:
+    if not (default_factory and signatures.has_signature(default_factory)):
+      raise ValueError(
+          'configurable_factory needs default_factory to be a function or '
+          f'class with a signature, got {default_factory!r}.'
+      )
     metadata[_CONFIG_FACTORY] = functools.partial(Config, default_factory)
     metadata.setdefault(_FIELD_KIND, 'instance')
   return dataclasses.field(
@@ -251,6 +340,88 @@ def field(
 
 
 fdl_field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConfigOf:
+  """`_ConfigOf(cls)()` is `Config(cls)`, or `cls()` for a builtin `cls`."""
+
+  cls: Any
+
+  def __call__(self) -> Any:
+    if auto_config_policy.latest(self.cls):
+      return self.cls()
+    return Config(self.cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Construct:
+  """`_Construct(cls)()` is `cls()`, the plain Python default of a field."""
+
+  cls: Any
+
+  def __call__(self) -> Any:
+    return self.cls()
+
+
+def _config_factory(fn_or_cls: Any) -> tuple[Any, Any]:
+  """(makes a config of `fn_or_cls()`, makes the value of `fn_or_cls()`).
+
+  A class makes `Config(cls)` (builtins such as `list` are called); a
+  function's body is read with `auto_config`, so `lambda: Linear(dims=2)`
+  makes `Config(Linear, dims=2)`.
+
+  Args:
+    fn_or_cls: A class, or a function taking no arguments.
+  """
+  if isinstance(fn_or_cls, type):
+    return _ConfigOf(fn_or_cls), _Construct(fn_or_cls)
+  if fdl_auto_config.is_auto_config(fn_or_cls):
+    return fn_or_cls.as_buildable, fn_or_cls
+  if _calls_only_exempt(fn_or_cls):
+    return fn_or_cls, fn_or_cls  # What auto_config would make, but cheaply.
+  lazy = _AutoConfigOnUse(fn_or_cls)
+  return lazy.as_buildable, fn_or_cls
+
+
+def _calls_only_exempt(fn: Any) -> bool:
+  """Whether every callable `fn` can reach is one auto_config runs as is.
+
+  Then `auto_config(fn).as_buildable()` is just `fn()`, and reading the
+  source (for a lambda, fiddle parses its whole module) is skipped. Only
+  simple functions qualify: no attribute access, no nested code.
+
+  Args:
+    fn: A function.
+  """
+  code = getattr(fn, '__code__', None)
+  if code is None or any(isinstance(c, types.CodeType) for c in code.co_consts):
+    return False
+  if any('ATTR' in i.opname or 'METHOD' in i.opname
+         for i in dis.get_instructions(code)):
+    return False
+  values = [cell.cell_contents for cell in fn.__closure__ or ()]
+  for name in code.co_names:
+    if name in fn.__globals__:
+      values.append(fn.__globals__[name])
+    elif hasattr(builtins, name):
+      values.append(getattr(builtins, name))
+    else:
+      return False
+  return all(not callable(v) or auto_config_policy.latest(v) for v in values)
+
+
+class _AutoConfigOnUse:
+  """`auto_config(fn)`, made on first use (reading source takes time)."""
+
+  def __init__(self, fn: Any):
+    self.fn = fn
+    self._made = None
+
+  def as_buildable(self) -> Any:
+    if self._made is None:
+      self._made = auto_config(self.fn)
+    return self._made.as_buildable()
 
 
 def template_field(template: Any = dataclasses.MISSING, tags: Any = ()) -> Any:
@@ -262,15 +433,16 @@ def template_field(template: Any = dataclasses.MISSING, tags: Any = ()) -> Any:
       linear_tpl: pax_fiddle.Config[Linear] = template_field(Linear)
 
   Args:
-    template: The class or function configured by the default template, or a
-      config to copy as the default; None makes the default None; MISSING
-      makes the field required.
-    tags: Fiddle tags for the argument.
+    template: The class configured by the default template; a function whose
+      body makes the default (read by `auto_config`, so `lambda: Linear(
+      dims=2)` gives `Config(Linear, dims=2)`); a config to copy as the
+      default; None makes the default None; MISSING makes the field required.
+    tags: One fiddle tag or a collection of them.
 
   Returns:
     A `dataclasses.Field`.
   """
-  metadata = {_FIELD_KIND: 'template', _TAGS: tags}
+  metadata = {_FIELD_KIND: 'template', _TAGS: _tag_tuple(tags)}
   if template is dataclasses.MISSING:
     return dataclasses.field(metadata=metadata)
   if template is None:
@@ -278,7 +450,7 @@ def template_field(template: Any = dataclasses.MISSING, tags: Any = ()) -> Any:
   if isinstance(template, fdl.Buildable):
     factory = functools.partial(copy.deepcopy, template)
   else:
-    factory = functools.partial(Config, template)
+    factory, _ = _config_factory(template)
   metadata[_CONFIG_FACTORY] = factory
   return dataclasses.field(default_factory=factory, metadata=metadata)
 
@@ -286,20 +458,26 @@ def template_field(template: Any = dataclasses.MISSING, tags: Any = ()) -> Any:
 def instance_field(default_factory: Any, tags: Any = ()) -> Any:
   """A field whose `Config` default is built together with its owner.
 
+  Example:
+
+    class Decoder(base_layer.BaseLayer):
+      sampler: Sampler = pax_fiddle.instance_field(Sampler)
+
   Args:
-    default_factory: The class or function making the default instance; a
-      Pax config holds it as `Config(default_factory)`, so its arguments can be
-      changed before building. None makes the default None.
-    tags: Fiddle tags for the argument.
+    default_factory: The class making the default instance (a config holds
+      `Config(default_factory)`, a builtin such as `list` its value), or a
+      function whose body makes it (read by `auto_config`). None makes the
+      default None.
+    tags: One fiddle tag or a collection of them.
 
   Returns:
     A `dataclasses.Field`.
   """
-  metadata = {_FIELD_KIND: 'instance', _TAGS: tags}
+  metadata = {_FIELD_KIND: 'instance', _TAGS: _tag_tuple(tags)}
   if default_factory is None:
     return dataclasses.field(default=None, metadata=metadata)
-  metadata[_CONFIG_FACTORY] = functools.partial(Config, default_factory)
-  return dataclasses.field(default_factory=default_factory, metadata=metadata)
+  metadata[_CONFIG_FACTORY], value_factory = _config_factory(default_factory)
+  return dataclasses.field(default_factory=value_factory, metadata=metadata)
 
 
 def _dataclass_fields(fn_or_cls: Any) -> dict[str, dataclasses.Field]:
@@ -308,21 +486,82 @@ def _dataclass_fields(fn_or_cls: Any) -> dict[str, dataclasses.Field]:
   return {}
 
 
-def _expand_pax_field_defaults(buildable: fdl.Buildable) -> None:
-  """Puts the `Config` default of each unset Pax field into `buildable`."""
+def _as_arg_factories(value: Any) -> Any:
+  """`value` with each `Config` outside a `Partial` cast to `ArgFactory`."""
+
+  def visit(node: Any, state: daglish.State) -> Any:
+    if not isinstance(node, fdl.Partial):
+      node = state.map_children(node)
+    if isinstance(node, fdl.Config):  # fdl.cast, without its warning.
+      node = PaxArgFactory.__unflatten__(*node.__flatten__())
+    return node
+
+  return daglish.MemoizedTraversal.run(visit, value)
+
+
+def _has_partial_holding_config(value: Any) -> bool:
+  return any(
+      isinstance(node, (fdl.Partial, fdl.ArgFactory))
+      and any(isinstance(v, fdl.Config) for v, _ in daglish.iterate(node))
+      for node, _ in daglish.iterate(value)
+  )
+
+
+def _apply_field_metadata(buildable: fdl.Buildable) -> None:
+  """Adds field tags and the config defaults of unset Pax fields.
+
+  In a `Partial` or `ArgFactory`, which may build many objects, defaults are
+  `ArgFactory`s so that each object gets its own.
+
+  Args:
+    buildable: A new (or re-targeted) config, changed in place.
+
+  Raises:
+    ValueError: A default holds a `Partial` that holds a `Config`: no config
+      can say which objects its built values would share.
+  """
   for name, fld in _dataclass_fields(buildable.__fn_or_cls__).items():
-    if name in buildable.__arguments__ or not fld.init:
+    meta = field_metadata(fld)
+    if meta is None or not fld.init:
       continue
-    factory = fld.metadata.get(_CONFIG_FACTORY)
-    if factory is not None:
-      buildable.__arguments__[name] = factory()
+    for tag in meta.tags:
+      fdl.add_tag(buildable, name, tag)
+    if name in buildable.__arguments__ or meta.buildable_initializer is None:
+      continue
+    value = meta.buildable_initializer()
+    if _has_partial_holding_config(value):
+      raise ValueError(
+          f'Unable to safely replace {_class_name(buildable.__fn_or_cls__)}.'
+          f'{name} with a config: its default factory makes a Partial that '
+          'holds a Config, and no config can say which built objects share '
+          'it. Set the field explicitly instead.'
+      )
+    if isinstance(value, fdl.Config) and isinstance(
+        buildable, (fdl.Partial, fdl.ArgFactory)
+    ):
+      value = _as_arg_factories(value)
+    buildable.__arguments__[name] = value
+
+
+def update_callable(
+    buildable: fdl.Buildable, new_callable: Any, drop_invalid_args: bool = False
+) -> None:
+  """`fdl.update_callable`, then the new class's field tags and defaults.
+
+  Args:
+    buildable: The config to re-target, changed in place.
+    new_callable: The class or function it builds from now on.
+    drop_invalid_args: Drop arguments the new callable lacks (instead of
+      raising).
+  """
+  fdl.update_callable(buildable, new_callable, drop_invalid_args)
+  _apply_field_metadata(buildable)
 
 
 def field_has_tag(fld: dataclasses.Field, tag: Any) -> bool:
   """Whether a Pax dataclass field was declared with `tag`."""
-  tags = fld.metadata.get(_TAGS, ())
-  tags = tags if isinstance(tags, (tuple, list, set)) else (tags,)
-  return tag in tags
+  meta = field_metadata(fld)
+  return meta is not None and tag in meta.tags
 
 
 def _annotation_mentions_config(annotation: Any) -> bool:
@@ -337,6 +576,8 @@ def _annotation_mentions_config(annotation: Any) -> bool:
       return True
   if isinstance(annotation, type) and issubclass(annotation, fdl.Buildable):
     return True
+  if origin is typing.Literal:
+    return False
   return any(_annotation_mentions_config(a) for a in typing.get_args(annotation))
 
 
@@ -372,11 +613,46 @@ class TemplateWrapper:
     return self.template
 
 
+def _annotated_template_names(fn_or_cls: Any) -> frozenset[str]:
+  """Parameters of any callable annotated with `Config` (or containers)."""
+  hints = signatures.get_type_hints(fn_or_cls)
+  if not hints:  # Unresolvable annotations: read them as strings.
+    try:
+      params = inspect.signature(fn_or_cls).parameters.values()
+    except (TypeError, ValueError):
+      params = ()
+    hints = {
+        p.name: p.annotation for p in params if isinstance(p.annotation, str)
+    }
+  return frozenset(
+      name for name, hint in hints.items() if _annotation_mentions_config(hint)
+  )
+
+
+_cached_template_names = functools.cache(_annotated_template_names)
+
+
+def template_argument_names(fn_or_cls: Any) -> frozenset[str]:
+  """Names of the arguments of `fn_or_cls` that `build` leaves unbuilt.
+
+  They are the template fields of a dataclass, and for any callable the
+  parameters annotated with `Config[...]` or a container of it.
+
+  Args:
+    fn_or_cls: A class or function.
+  """
+  if isinstance(fn_or_cls, type) and dataclasses.is_dataclass(fn_or_cls):
+    return template_field_names(fn_or_cls)
+  try:
+    return _cached_template_names(fn_or_cls)
+  except TypeError:  # Unhashable.
+    return _annotated_template_names(fn_or_cls)
+
+
 def _is_template_argument(buildable: fdl.Buildable, name: Any) -> bool:
-  fn_or_cls = buildable.__fn_or_cls__
-  if not isinstance(name, str) or not isinstance(fn_or_cls, type):
+  if not isinstance(name, str):
     return False
-  if name in template_field_names(fn_or_cls):
+  if name in template_argument_names(buildable.__fn_or_cls__):
     return True
   return DoNotBuild in buildable.__argument_tags__.get(name, ())
 
@@ -561,16 +837,72 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
   return build(config)
 
 
-auto_config = functools.partial(
-    fdl_auto_config.auto_config,
-    experimental_allow_dataclass_attribute_access=True,
-    experimental_config_types=fdl_auto_config.ConfigTypes(
-        config_cls=PaxConfig,
-        partial_cls=PaxPartial,
-        arg_factory_cls=PaxArgFactory,
-    ),
-)
-auto_config.__doc__ = (
-    'fiddle.experimental.auto_config, producing Pax configs (`Config`).'
-)
+def _exempt_from_auto_config(user_policy: Any) -> Callable[[Any], bool]:
+  """An auto_config policy: calls to configs themselves run as usual."""
+
+  def policy(fn_or_cls: Any) -> bool:
+    return (
+        (isinstance(fn_or_cls, type) and issubclass(fn_or_cls, fdl.Buildable))
+        or getattr(fn_or_cls, '__func__', None)
+        is fdl_auto_config.AutoConfig.as_buildable
+        or user_policy(fn_or_cls)
+    )
+
+  return policy
+
+
+def auto_config(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+  """`fiddle.experimental.auto_config`, making Pax configs.
+
+  Calls in the body of `fn` become `Config`s (`functools.partial` a
+  `Partial`); control flow is allowed, and the result need not hold a config.
+  A class `cls` stands for `lambda: cls()`; an `auto_config`'d function is
+  returned as is. Usable as `@auto_config` or `@auto_config(**kwargs)`.
+
+  Example:
+
+    @pax_fiddle.auto_config
+    def make_init():
+      return WeightInit('xavier', 1.0)
+
+    make_init.as_buildable()  # Config(WeightInit, 'xavier', 1.0)
+    make_init()  # WeightInit('xavier', 1.0)
+
+  Args:
+    fn: The function (or class) to read.
+    **kwargs: More options of fiddle's `auto_config`.
+
+  Returns:
+    An `AutoConfig`, or a decorator making one.
+  """
+  user_policy = kwargs.pop(
+      'experimental_exemption_policy', auto_config_policy.latest
+  )
+  kwargs['experimental_exemption_policy'] = _exempt_from_auto_config(
+      user_policy
+  )
+  kwargs['experimental_allow_control_flow'] = True
+  kwargs['experimental_result_must_contain_buildable'] = False
+  kwargs.setdefault('experimental_allow_dataclass_attribute_access', True)
+  kwargs['experimental_config_types'] = fdl_auto_config.ConfigTypes(
+      config_cls=PaxConfig,
+      partial_cls=PaxPartial,
+      arg_factory_cls=PaxArgFactory,
+  )
+
+  def make(fn: Any) -> Any:
+    if isinstance(fn, type):
+      cls = fn
+
+      def call_constructor():
+        return cls()
+
+      fn = call_constructor
+    if fdl_auto_config.is_auto_config(fn):
+      return fn
+    return fdl_auto_config.auto_config(fn, **kwargs)
+
+  return make if fn is None else make(fn)
+
+
 exempt = fdl_auto_config.exempt

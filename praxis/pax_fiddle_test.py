@@ -1,6 +1,8 @@
 """Tests of pax_fiddle: configs, template and instance fields, building."""
 
 import dataclasses
+import functools
+from typing import Any, NamedTuple
 
 from absl.testing import absltest
 import fiddle as fdl
@@ -22,6 +24,40 @@ class Tree:
   maybe_tpl: pax_fiddle.Config[Leaf] | None = None
   tpls: list[pax_fiddle.Config[Leaf]] = dataclasses.field(default_factory=list)
   size: int = 3
+
+
+class Marked(fdl.Tag):
+  """A tag used by these tests."""
+
+
+_NUMBERS = (1, 2)
+
+
+@pax_fiddle.auto_config
+def _leaf_seven():
+  return Leaf(x=7)
+
+
+@dataclasses.dataclass
+class Fields:
+  marked: int = pax_fiddle.field(tags=Marked, default=0)
+  auto: Leaf = pax_fiddle.field(default_factory=_leaf_seven)
+  conf: Leaf = pax_fiddle.field(default_factory=Leaf, configurable_factory=True)
+  items: list[Any] = pax_fiddle.instance_field(list)
+  lam_tpl: pax_fiddle.Config[Leaf] = pax_fiddle.template_field(
+      lambda: Leaf(y='lam'))
+  # Calls only builtins: auto_config would run it as is.
+  copied: list[int] = pax_fiddle.instance_field(lambda: list(_NUMBERS))
+
+
+@dataclasses.dataclass
+class Maker:
+  make_leaf: Any = pax_fiddle.field(
+      default_factory=Leaf, configurable_factory=True)
+
+
+class TplTuple(NamedTuple):
+  tpls: list[pax_fiddle.Config[Leaf]]
 
 
 class ConfigTest(test_utils.TestCase):
@@ -84,7 +120,7 @@ class ConfigTest(test_utils.TestCase):
       x: int = 0
 
     small = pax_fiddle.Config(Small)
-    with self.assertRaisesRegex(ValueError, "no field 'y'"):
+    with self.assertRaisesRegex(ValueError, "'y' not in self"):
       small.copy_fields_from(src)
     small.copy_fields_from(src, missing_fields_in_self=('y',))
     self.assertEqual(small.x, 7)
@@ -141,6 +177,114 @@ class ConfigTest(test_utils.TestCase):
 
     with self.assertRaisesRegex(ValueError, "Needs: required field 'n'"):
       pax_fiddle.build(pax_fiddle.Config(Needs))
+
+
+class FieldMetadataTest(test_utils.TestCase):
+
+  def test_field_defaults_and_tags_in_configs(self):
+    cfg = pax_fiddle.Config(Fields)
+    self.assertEqual(fdl.get_tags(cfg, 'marked'), {Marked})
+    # An auto_config'd factory's body is read: Config(Leaf, x=7).
+    self.assertIsInstance(cfg.auto, pax_fiddle.Config)
+    self.assertEqual((cfg.auto.cls, cfg.auto.x), (Leaf, 7))
+    self.assertIsInstance(cfg.conf, pax_fiddle.Config)
+    self.assertEqual(cfg.items, [])
+    self.assertEqual((cfg.lam_tpl.cls, cfg.lam_tpl.y), (Leaf, 'lam'))
+    self.assertEqual(cfg.copied, [1, 2])
+    self.assertIsNot(cfg.copied, pax_fiddle.Config(Fields).copied)
+    cfg.auto.y = 'b'
+    fdl.set_tagged(cfg, tag=Marked, value=5)
+    built = pax_fiddle.build(cfg)
+    self.assertEqual((built.marked, built.auto), (5, Leaf(x=7, y='b')))
+    self.assertIsNot(built.items, pax_fiddle.build(cfg).items)
+    # The plain Python defaults are values, templates stay configs.
+    self.assertEqual(Fields().auto, Leaf(x=7))
+    self.assertEqual(Fields().items, [])
+    self.assertEqual(Fields().lam_tpl, pax_fiddle.Config(Leaf, y='lam'))
+
+  def test_field_errors(self):
+    with self.assertRaisesRegex(ValueError, 'configurable_factory'):
+      pax_fiddle.field(default_factory=_leaf_seven, configurable_factory=True)
+    with self.assertRaisesRegex(ValueError, 'signature'):
+      pax_fiddle.field(default_factory=None, configurable_factory=True)
+    self.assertTrue(pax_fiddle.field_has_tag(Fields.__dataclass_fields__[
+        'marked'], Marked))
+    self.assertIsNone(pax_fiddle.field_metadata(dataclasses.field()))
+
+  def test_partial_defaults_are_arg_factories(self):
+    part = pax_fiddle.Partial(Maker)
+    self.assertIsInstance(part.make_leaf, pax_fiddle.ArgFactory)
+    make = pax_fiddle.build(part)
+    self.assertIsNot(make().make_leaf, make().make_leaf)
+    self.assertEqual(make().make_leaf, Leaf())
+
+  def test_partial_holding_config_default_is_refused(self):
+
+    @pax_fiddle.auto_config
+    def partial_with_config():
+      return functools.partial(Tree, leaf=Leaf())
+
+    @dataclasses.dataclass
+    class Bad:
+      fn: Any = pax_fiddle.field(default_factory=partial_with_config)
+
+    with self.assertRaisesRegex(ValueError, 'Unable to safely replace'):
+      pax_fiddle.Config(Bad)
+    cfg = pax_fiddle.Config(Bad, fn=None)  # Set explicitly: fine.
+    self.assertIsNone(cfg.fn)
+
+  def test_update_callable_adds_tags_and_defaults(self):
+
+    @dataclasses.dataclass
+    class Plain:
+      marked: int = 0
+
+    cfg = pax_fiddle.Config(Plain)
+    self.assertEqual(fdl.get_tags(cfg, 'marked'), set())
+    cfg.cls = Fields
+    self.assertEqual(fdl.get_tags(cfg, 'marked'), {Marked})
+    self.assertEqual(cfg.auto.x, 7)
+
+  def test_templates_of_any_callable_stay_configs(self):
+
+    def fn(tpl: pax_fiddle.Config[Leaf] | None, leaf: Leaf):
+      return tpl, leaf
+
+    tpl, leaf = pax_fiddle.build(pax_fiddle.Config(
+        fn, tpl=pax_fiddle.Config(Leaf), leaf=pax_fiddle.Config(Leaf)))
+    self.assertIsInstance(tpl, pax_fiddle.Config)
+    self.assertEqual(leaf, Leaf())
+    built = pax_fiddle.build(
+        pax_fiddle.Config(TplTuple, tpls=[pax_fiddle.Config(Leaf, x=2)]))
+    self.assertEqual(built.tpls, [pax_fiddle.Config(Leaf, x=2)])
+
+
+class CopyFieldsFromTest(test_utils.TestCase):
+
+  def test_copies_name_and_unsets_shared_factories(self):
+
+    @dataclasses.dataclass
+    class Stop:
+      name: str
+      times: list[int] = dataclasses.field(default_factory=list)
+      parent: Any = None
+
+    src = pax_fiddle.Config(Stop, 'a', parent='p')
+    dst = pax_fiddle.Config(Stop, 'b', times=[1], parent='q')
+    dst.copy_fields_from(src)
+    self.assertEqual(dst, pax_fiddle.Config(Stop, 'a', parent='q'))
+    self.assertNotIn('times', dst.__arguments__)
+    with self.assertRaisesRegex(ValueError, 'missing required value'):
+      dst.copy_fields_from(pax_fiddle.Config(Stop))
+
+    @dataclasses.dataclass
+    class OtherStop(Stop):
+      times: list[int] = dataclasses.field(default_factory=lambda: [0])
+
+    with self.assertRaisesRegex(ValueError, "default_factory .*Stop.times"):
+      pax_fiddle.Config(OtherStop).copy_fields_from(src)
+    with self.assertRaisesRegex(TypeError, 'pax_fiddle.Config'):
+      dst.copy_fields_from(Stop('x'))
 
 
 if __name__ == '__main__':
