@@ -5,8 +5,19 @@ Public names:
   template_field, instance_field, field (= fdl_field), auto_config,
   wrap_templates, copy_inheritable_base_layer_params, empty_flax_module_stack,
   build_with_empty_flax_module_stack, TemplateWrapper, DoNotBuild,
-  field_has_tag, CloneAndSetMixin; and re-exports of fiddle's tagging and
-  mutation helpers (`add_tag`, `assign`, `cast`, `copy_with`, ...).
+  field_has_tag, field_metadata, FieldMetadata, update_callable,
+  template_argument_names, CloneAndSetMixin; and re-exports of fiddle's
+  tagging and mutation helpers (`add_tag`, `assign`, `cast`, `copy_with`, ...).
+
+A new config of a dataclass receives the tags of its `field(tags=...)`s and,
+for each unset field with a config default (`instance_field`,
+`template_field`, `field(default_factory=<auto_config'd function>)` or
+`configurable_factory=True`), that default as a config; in a `Partial` those
+defaults become `ArgFactory`s so that every call gets fresh objects.
+
+The file is past 800 lines because the config classes, the field helpers
+that fill them and `build` call each other; split, they would import in a
+cycle.
 
 Three kinds of dataclass fields are recognised when a config is built:
 

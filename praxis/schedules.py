@@ -135,7 +135,8 @@ class BaseSchedule(base_hyperparams.FiddleBaseParameterizable):
     """The value of the schedule at `step`, a float32 scalar.
 
     Args:
-      step: The step, an int or a scalar integer array.
+      step: The step, an int or a scalar integer array (an unsigned step is
+        read as int32, so that `x1 - step` past x1 is negative, not huge).
 
     Returns:
       A float32 array.
@@ -145,7 +146,15 @@ class BaseSchedule(base_hyperparams.FiddleBaseParameterizable):
       raise NotImplementedError(
           f'{type(self).__name__} must define value_at or _schedule.'
       )
-    return jnp.asarray(fn(jnp.asarray(step)), jnp.float32)
+    return jnp.asarray(fn(_signed(step)), jnp.float32)
+
+
+def _signed(step: JTensor | int) -> JTensor:
+  """`step` as an array; unsigned integers as int32."""
+  step = jnp.asarray(step)
+  if jnp.issubdtype(step.dtype, jnp.unsignedinteger):
+    step = step.astype(jnp.int32)
+  return step
 
 
 class Constant(BaseSchedule):
