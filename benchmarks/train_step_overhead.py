@@ -158,22 +158,28 @@ def pax_runners(task, data, batch):
   partitioner = partitioning.create_partitioner(task)
   spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                       inp.peek_padded())
-  partitioner.setup(spec)
-  program = programs.SingleTaskTrainProgram(
-      task, inp, partitioner, pathlib.Path(tempfile.mkdtemp()),
-      enable_summary_writer=False)
+  partitioner.setup(task, None, spec)
+  key = jax.random.PRNGKey(1)
+  program = programs.SingleTaskTrainProgram()
+  program.setup(task, inp, partitioner, pathlib.Path(tempfile.mkdtemp()),
+                key, key, 0, enable_summary_writer=False)
+
+  def fresh_state():
+    return partitioner.initialize_prng_key_and_train_state(
+        jax.random.PRNGKey(0), None, None)[1]
 
   def program_step(state_and_step):
     state, step = state_and_step
-    return program.run(state, step)[0], step + 1
+    return program.run(state, step).state, step + 1
 
-  loop = _timer(program_step,
-                (partitioner.initialize_state(jax.random.PRNGKey(0)), 0))
-  train_step = partitioner.partition(trainer_lib.train_step_single_learner)
-  key = jax.random.PRNGKey(1)
-  fixed = partitioner.to_global(inp.get_next())
+  loop = _timer(program_step, (fresh_state(), 0))
+  train_step, _ = partitioner.partition(
+      trainer_lib.train_step_single_learner, spec, is_eval=False)
+  fixed = jax.tree.map(
+      lambda x: jax.device_put(x, partitioner.input_sharding(x.ndim)),
+      inp.get_next())
   step_alone = _timer(lambda state: train_step(state, key, fixed)[0],
-                      partitioner.initialize_state(jax.random.PRNGKey(0)))
+                      fresh_state())
   return loop, step_alone
 
 

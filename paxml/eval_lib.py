@@ -10,7 +10,9 @@ import time
 from typing import Any, Callable
 
 from absl import logging
+import jax
 from paxml import checkpoints
+from paxml import decode_programs as decode_programs_lib
 from paxml import executors
 from paxml import programs
 from paxml import train
@@ -29,13 +31,17 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   # The full state is restored (optimizer state included): simple and exact;
   # a partial restore would save memory for very large models.
   task, partitioner = train.setup_run(configs, options)
+  keys = jax.random.split(jax.random.PRNGKey(task.train.random_seed), 2)
   ckpt_dir = pathlib.Path(options.restore_checkpoint_dir or
                           job_log_dir / 'checkpoints')
   checkpointer = checkpoints.Checkpointer(
       job_log_dir, checkpoint_dir=ckpt_dir, enable_async_checkpointing=False)
-  kwargs = dict(partitioner=partitioner, job_log_dir=job_log_dir,
-                enable_summary_writer=options.enable_summary_writer)
-  progs = make_programs(task, configs, kwargs)
+  progs = make_programs(configs)
+  for program in progs:
+    key = keys[1] if isinstance(
+        program, decode_programs_lib.SingleTaskDecodeProgram) else keys[0]
+    program.setup(task, partitioner, job_log_dir, key,
+                  enable_summary_writer=options.enable_summary_writer)
   done = None
   while True:
     step = options.restore_checkpoint_step or checkpointer.latest_step()
@@ -45,7 +51,7 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
       time.sleep(_POLL_SECONDS)
       continue
     state, _ = checkpointer.restore(
-        step, abstract_state=train._abstract_state(partitioner))  # pylint: disable=protected-access
+        step, abstract_state=executors.abstract_train_state(partitioner))
     for program in progs:
       program.run(state, step)
     done = step
@@ -58,15 +64,14 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   logging.info('%s finished at step %s.', options.mode, done)
 
 
-def _eval_programs(task, configs, kwargs):
-  return [programs.SingleTaskEvalProgram(task, p, **kwargs)
-          for p in configs.eval_datasets]
+def _eval_programs(configs):
+  return [programs.SingleTaskEvalProgram(p) for p in configs.eval_datasets]
 
 
-def _decode_programs(task, configs, kwargs, with_eval=False):
-  progs = [programs.SingleTaskDecodeProgram(task, p, **kwargs)
+def _decode_programs(configs, with_eval=False):
+  progs = [decode_programs_lib.SingleTaskDecodeProgram(p)
            for p in configs.decode_datasets]
-  return progs + (_eval_programs(task, configs, kwargs) if with_eval else [])
+  return progs + (_eval_programs(configs) if with_eval else [])
 
 
 def evaluate(configs: train.ExperimentConfigs,
@@ -78,5 +83,5 @@ def evaluate(configs: train.ExperimentConfigs,
 def decode(configs: train.ExperimentConfigs, options: executors.RunOptions,
            once: bool = False) -> None:
   """Decodes new checkpoints (`--mode=decode`), or the latest once."""
-  make = lambda t, c, k: _decode_programs(t, c, k, options.eval_during_decode)
+  make = lambda c: _decode_programs(c, options.eval_during_decode)
   _follow_checkpoints(configs, options, once, make, 'decode_')

@@ -1,6 +1,13 @@
 """The training loop: checkpoints, train steps, periodic eval and decode.
 
 Public names: RunOptions, DefaultExecutor.
+
+  executor = executors.DefaultExecutor()
+  executor.setup(task, job_log_dir, checkpointer, partitioner,
+                 input_specs_provider, train_input_p,
+                 programs.SingleTaskTrainProgram(), eval_programs,
+                 decode_programs, early_stopping_fn=None)
+  final_state = executor.start()
 """
 
 from __future__ import annotations
@@ -10,8 +17,13 @@ import pathlib
 from typing import Any, Sequence
 
 from absl import logging
+import jax
+from paxml import base_executor
 from paxml import checkpoints
-from paxml import programs
+from paxml import trainer_lib
+from praxis import base_hyperparams
+
+instantiate = base_hyperparams.instantiate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +54,17 @@ class RunOptions:
   enable_summary_writer: bool = True
 
 
-class DefaultExecutor:
+def abstract_train_state(partitioner: Any,
+                         discard_opt_states: bool = False) -> Any:
+  """The state's `ShapeDtypeStruct`s with their shardings (for restores)."""
+  metadata = partitioner.get_train_state_metadata(discard_opt_states)
+  return jax.tree.map(
+      lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+      metadata.unpadded_global_shapes,
+      partitioner.state_shardings(discard_opt_states))
+
+
+class DefaultExecutor(base_executor.BaseExecutor):
   """Runs the train program until `num_train_steps`, with eval and decode.
 
   Each iteration: save a checkpoint if one is due (or a preemption was
@@ -51,21 +73,93 @@ class DefaultExecutor:
   `decode_interval_steps`. A final checkpoint is written at the end.
   """
 
-  def __init__(self, task: Any, checkpointer: checkpoints.Checkpointer | None,
-               train_program: programs.SingleTaskTrainProgram,
-               eval_programs: Sequence[programs.Program] = (),
-               decode_programs: Sequence[programs.Program] = (),
-               train_input: Any = None):
-    self._train = task.train
+  def __init__(self):
+    self._task = None
+    self._checkpointer = None
+    self._train_program = None
+    self._eval_programs = []
+    self._decode_programs = []
+    self._train_input = None
+    self._state = None
+    self._step = 0
+    self._early_stopping_fn = None
+
+  def setup(self, jax_task: Any, job_log_dir: Any,
+            checkpointer: checkpoints.Checkpointer | None, partitioner: Any,
+            input_specs_provider: Any, train_input_p: Any,
+            train_program: Any, eval_programs: Sequence[Any],
+            decode_programs: Sequence[Any], early_stopping_fn: Any,
+            exit_after_ondemand_checkpoint: bool = False,
+            enable_summary_writer: bool = True,
+            restore_checkpoint_step: int | None = None) -> None:
+    """Sets up the partitioner, restores or initialises the state, programs.
+
+    Args:
+      jax_task: The task.
+      job_log_dir: The run's directory.
+      checkpointer: The checkpointer (None: no checkpoints).
+      partitioner: A partitioner, not set up yet.
+      input_specs_provider: Gives the input shapes the model is traced with.
+      train_input_p: Config of the training input.
+      train_program: A `BaseTrainProgram`, not set up yet.
+      eval_programs: `BaseEvalProgram`s, not set up yet.
+      decode_programs: `SingleTaskDecodeProgram`s, not set up yet.
+      early_stopping_fn: Unused.
+      exit_after_ondemand_checkpoint: Unused.
+      enable_summary_writer: Write TensorBoard summaries.
+      restore_checkpoint_step: The step to restore (default: the latest).
+    """
+    del exit_after_ondemand_checkpoint
+    self._task = jax_task
     self._checkpointer = checkpointer
+    self._early_stopping_fn = early_stopping_fn
+    root_key = jax.random.PRNGKey(jax_task.train.random_seed)
+    train_input_p = partitioner.preprocess_input_config(train_input_p)
+    self._train_input = instantiate(train_input_p)
+    specs = trainer_lib.get_train_input_specs_for_model_init(
+        jax_task, input_specs_provider)
+    partitioner.setup(jax_task, root_key, specs, job_log_dir=job_log_dir)
+    restored = self._maybe_restore(partitioner, restore_checkpoint_step)
+    root_key, self._state, provenance = (
+        partitioner.initialize_prng_key_and_train_state(
+            root_key, restored, checkpoint_type=None))
+    if provenance is not None:
+      trainer_lib.write_train_provenance_file(provenance, job_log_dir)
+    self._step = int(jax.device_get(self._state.step))
+    train_key, eval_key, decode_key = jax.random.split(root_key, 3)
+    train_program.setup(
+        jax_task, self._train_input, partitioner, job_log_dir,
+        partitioner.preprocess_prng_key(train_key),
+        partitioner.preprocess_prng_key(eval_key), self._step,
+        enable_summary_writer=enable_summary_writer)
+    for program in eval_programs:
+      program.setup(jax_task, partitioner, job_log_dir,
+                    partitioner.preprocess_prng_key(eval_key),
+                    enable_summary_writer=enable_summary_writer)
+    for program in decode_programs:
+      program.setup(jax_task, partitioner, job_log_dir,
+                    partitioner.preprocess_prng_key(decode_key),
+                    enable_summary_writer=enable_summary_writer)
     self._train_program = train_program
     self._eval_programs = list(eval_programs)
     self._decode_programs = list(decode_programs)
-    self._train_input = train_input
+
+  def _maybe_restore(self, partitioner: Any, step: int | None) -> Any:
+    """The checkpointed state (and the input's position), or None."""
+    if self._checkpointer is None or (
+        step is None and self._checkpointer.latest_step() is None):
+      return None
+    state, input_state = self._checkpointer.restore(
+        step, abstract_state=abstract_train_state(partitioner))
+    if input_state is not None:
+      self._train_input.set_state(input_state)
+    logging.info('Restored the checkpoint of step %d.',
+                 int(jax.device_get(state.step)))
+    return state
 
   def _input_state(self) -> bytes | None:
     try:
-      return self._train_input.get_state() if self._train_input else None
+      return self._train_input.get_state()
     except NotImplementedError:
       return None
 
@@ -77,8 +171,10 @@ class DefaultExecutor:
     last = step == self._train_program.num_train_steps
     return bool(interval) and step >= start and (step % interval == 0 or last)
 
-  def start(self, state: Any, step: int) -> Any:
-    """Trains from `state` at `step`; returns the final state."""
+  def start(self) -> Any:
+    """Trains from the set-up state and step; returns the final state."""
+    state, step = self._state, self._step
+    train_p = self._task.train
     logging.info('Training from step %d to %d.', step,
                  self._train_program.num_train_steps)
     while self._train_program.should_run(state, step):
@@ -88,13 +184,13 @@ class DefaultExecutor:
         logging.warning('Preemption requested: saving step %d and exiting.',
                         step)
         break
-      state, _ = self._train_program.run(state, step)
+      state = self._train_program.run(state, step).state
       step += 1
-      if self._due(self._train.eval_interval_steps, step):
+      if self._due(train_p.eval_interval_steps, step):
         for program in self._eval_programs:
           program.run(state, step)
-      if self._due(self._train.decode_interval_steps, step,
-                   self._train.decode_start_after_n_steps):
+      if self._due(train_p.decode_interval_steps, step,
+                   train_p.decode_start_after_n_steps):
         for program in self._decode_programs:
           program.run(state, step)
     self._save(step, state, force=True)
@@ -103,4 +199,5 @@ class DefaultExecutor:
     for program in [self._train_program, *self._eval_programs,
                     *self._decode_programs]:
       program.shutdown()
+    self._state, self._step = state, step
     return state

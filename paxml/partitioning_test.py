@@ -80,18 +80,40 @@ def _batches(n, batch=16, seed=0):
         targets=rng.normal(size=(batch, 4)).astype(np.float32))
 
 
-def _train(task, mesh, steps, host_batches=False):
-  partitioner = partitioning.Partitioner(task, mesh=mesh)
-  spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
-                      next(_batches(1)))
-  partitioner.setup(spec)
-  state = partitioner.initialize_state(jax.random.PRNGKey(0))
-  step = partitioner.partition(trainer_lib.train_step_single_learner)
+def _spec(batch):
+  return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), batch)
+
+
+def _partitioner(task, devices=None):
+  """The task's partitioner on `devices` (shaped like its mesh), set up."""
+  if task.model.ici_mesh_shape is None:
+    partitioner = partitioning.PmapPartitioner(False, device_mesh=devices)
+  else:
+    partitioner = partitioning.PjitPartitioner(False, True, task,
+                                               device_mesh=devices)
+  partitioner.setup(task, jax.random.PRNGKey(0), _spec(next(_batches(1))))
+  return partitioner
+
+
+def _init(partitioner):
+  return partitioner.initialize_prng_key_and_train_state(
+      jax.random.PRNGKey(0), None, None)[1]
+
+
+def _train(task, devices, steps, host_batches=False):
+  partitioner = _partitioner(task, devices)
+  state = _init(partitioner)
+  step, specs = partitioner.partition(trainer_lib.train_step_single_learner,
+                                      _spec(next(_batches(1))), False)
   losses = []
-  place = (partitioner.preprocess_inputs if host_batches
-           else partitioner.to_global)
   for i, batch in enumerate(_batches(steps)):
-    state, out = step(state, jax.random.PRNGKey(i), place(batch))
+    if not host_batches:  # Global arrays placed beforehand.
+      batch = jax.tree.map(
+          lambda x, s: jax.device_put(
+              x, jax.sharding.NamedSharding(partitioner.global_mesh, s)),
+          batch, specs)
+    state, out = step(state, jax.random.PRNGKey(i),
+                      partitioner.preprocess_inputs(None, batch, specs))
     losses.append(float(out.loss))
   return state, losses
 
@@ -101,18 +123,19 @@ class SpmdTest(absltest.TestCase):
   def test_sharded_run_matches_one_device_and_weights_follow_annotations(self):
     task = _task([1, 2, 4], l1_sharding=('data', 'mdl'),
                  l2_sharding=('mdl', None))
-    mesh = partitioning.create_partitioner(task).mesh
-    self.assertEqual(dict(mesh.shape), {'replica': 1, 'data': 2, 'mdl': 4})
-    state, losses = _train(task, mesh, 10)
+    partitioner = partitioning.create_partitioner(task)
+    self.assertIsInstance(partitioner, partitioning.PjitPartitioner)
+    self.assertEqual(dict(partitioner.global_mesh.shape),
+                     {'replica': 1, 'data': 2, 'mdl': 4})
+    state, losses = _train(task, None, 10)
 
-    one = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1),
-                            _AXES)
+    one = np.array(jax.devices()[:1]).reshape(1, 1, 1)
     _, single_losses = _train(task, one, 10)
     rel = np.abs(np.array(losses) - single_losses) / np.abs(single_losses)
     self.assertLess(rel.max(), 1e-4)
     self.assertLess(losses[-1], losses[0])
     # Numpy batches, placed by the compiled step itself, train alike.
-    _, host_losses = _train(task, mesh, 10, host_batches=True)
+    _, host_losses = _train(task, None, 10, host_batches=True)
     np.testing.assert_array_equal(host_losses, losses)
 
     params = state.mdl_vars['params']
@@ -131,25 +154,24 @@ class DataParallelTest(absltest.TestCase):
 
   def test_batch_not_divisible_by_the_data_devices_is_named(self):
     task = _task(None)
-    partitioner = partitioning.create_partitioner(task)
-    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
-                        next(_batches(1)))
-    partitioner.setup(spec)
-    state = partitioner.initialize_state(jax.random.PRNGKey(0))
-    step = partitioner.partition(trainer_lib.train_step_single_learner)
+    partitioner = _partitioner(task)
+    state = _init(partitioner)
+    step, _ = partitioner.partition(trainer_lib.train_step_single_learner,
+                                    None, False)
     batch = next(_batches(1, batch=12))
     with self.assertRaisesRegex(
         ValueError, r"shape \(12, 8\) has a dim of 12, not divisible by the "
         r"8 devices of mesh axes \('data',\)"):
-      step(state, jax.random.PRNGKey(0), partitioner.preprocess_inputs(batch))
+      step(state, jax.random.PRNGKey(0),
+           partitioner.preprocess_inputs(None, batch, None))
 
   def test_pmap_style_matches_one_device_and_syncs_batch_norm(self):
     task = _task(None)  # No mesh on the model: data parallel on 8 devices.
     partitioner = partitioning.create_partitioner(task)
-    self.assertEqual(partitioner.mesh.devices.size, 8)
-    state, losses = _train(task, partitioner.mesh, 4)
-    one = jax.sharding.Mesh(np.array(jax.devices()[:1]), ('data',))
-    _, single = _train(task, one, 4)
+    self.assertIsInstance(partitioner, partitioning.PmapPartitioner)
+    self.assertEqual(partitioner.global_mesh.devices.size, 8)
+    state, losses = _train(task, None, 4)
+    _, single = _train(task, np.array(jax.devices()[:1]), 4)
     np.testing.assert_allclose(losses, single, rtol=1e-5)
 
     # After step 1 the moving mean is 0.5 * 0 + 0.5 * (mean of the global
@@ -184,36 +206,102 @@ class LmCloudSpmdMeshTest(absltest.TestCase):
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                         batches[0])
 
-    def run(mesh):
-      partitioner = partitioning.Partitioner(task, mesh=mesh)
-      partitioner.setup(spec)
-      state = partitioner.initialize_state(jax.random.PRNGKey(0))
-      step = partitioner.partition(trainer_lib.train_step_single_learner)
+    def run(devices):
+      partitioner = partitioning.PjitPartitioner(False, True, task,
+                                                 device_mesh=devices)
+      partitioner.setup(task, None, spec)
+      state = _init(partitioner)
+      step, specs = partitioner.partition(
+          trainer_lib.train_step_single_learner, spec, False)
       losses = []
       for i, batch in enumerate(batches):
         state, out = step(state, jax.random.PRNGKey(i),
-                          partitioner.to_global(batch))
+                          partitioner.preprocess_inputs(None, batch, specs))
         losses.append(float(out.loss))
       return partitioner, state, np.array(losses)
 
     partitioner, state, losses = run(None)
-    self.assertEqual(dict(partitioner.mesh.shape),
+    self.assertEqual(dict(partitioner.global_mesh.shape),
                      {'replica': 1, 'data': 2, 'mdl': 4})
-    one = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1),
-                            _AXES)
-    _, _, single = run(one)
+    _, _, single = run(np.array(jax.devices()[:1]).reshape(1, 1, 1))
     self.assertLess(np.max(np.abs(losses - single) / np.abs(single)), 1e-4)
     self.assertLess(losses[-1], losses[0])
 
     # Every weight sits on the mesh as its annotation says, and some are
     # really split (the model is not just replicated).
-    specs = partitioner.metadata.partition_specs.mdl_vars
+    specs = partitioner.get_train_state_metadata().partition_specs.mdl_vars
     flat_specs = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, P))
     flat_vars = jax.tree.leaves(state.mdl_vars)
     self.assertLen(flat_vars, len(flat_specs))
     for var, want in zip(flat_vars, flat_specs):
       self.assertEqual(var.sharding.spec, want)
     self.assertTrue(any('mdl' in str(s) for s in flat_specs))
+
+
+class PaxProtocolTest(absltest.TestCase):
+
+  def test_filter_nestedmap_keeps_the_partial_structure_and_types(self):
+    full = NestedMap(a=1, b={'c': [P('x'), {'d': 2, 'e': 3}], 'f': 4})
+    got = partitioning.filter_nestedmap(full, {'b': {'c': [0, {'e': 0}]}})
+    self.assertIsInstance(got, NestedMap)
+    self.assertIsInstance(got['b'], dict)
+    self.assertEqual(got, {'b': {'c': [P('x'), {'e': 3}]}})
+    with self.assertRaisesRegex(ValueError, 'list of 2 items'):
+      partitioning.filter_nestedmap([1, 2], [0])
+
+  def test_get_step_fn_names_the_step_of_each_mode(self):
+    mode = trainer_lib.RunningMode
+    self.assertEqual(partitioning.get_step_fn(mode.TRAIN),
+                     (trainer_lib.train_step_single_learner, False))
+    self.assertEqual(partitioning.get_step_fn(mode.EVAL),
+                     (trainer_lib.eval_step_single_learner, True))
+    self.assertEqual(partitioning.get_step_fn(mode.DECODE),
+                     (trainer_lib.decode_step_for_partitioner, True))
+    with self.assertRaisesRegex(ValueError, 'exactly one'):
+      partitioning.get_step_fn(mode.TRAIN | mode.EVAL)
+
+  def test_eval_step_takes_the_eval_state_and_matches_numpy(self):
+    task = _task(None)
+    partitioner = _partitioner(task)
+    metadata = partitioner.get_train_state_metadata(discard_opt_states=True)
+    self.assertEqual(metadata.partition_specs.opt_states, [])
+    self.assertNotEmpty(
+        partitioner.get_train_state_metadata().partition_specs.opt_states)
+    root = jax.random.PRNGKey(3)
+    key, state, provenance = partitioner.initialize_prng_key_and_train_state(
+        root, None, None)
+    np.testing.assert_array_equal(key, jax.random.split(root)[0])
+    self.assertEqual(repr(provenance.mdl_vars['params']['l1']['w']),
+                     '"(random_init)"')
+    # A restored state is kept, with no provenance.
+    _, same, none = partitioner.initialize_prng_key_and_train_state(
+        root, state, None)
+    self.assertIs(same, state)
+    self.assertIsNone(none)
+
+    batch = next(_batches(1))
+    step, specs = partitioner.partition(trainer_lib.eval_step_single_learner,
+                                        _spec(batch), True)
+    self.assertEqual(specs.inputs, P(('data',), None))
+    new_state, out = step(state.to_eval_state(), key,
+                          partitioner.preprocess_inputs(None, batch, specs),
+                          trainer_lib.BaseStepFnStaticArgs(16))
+    self.assertIsNone(new_state)
+    # Eval mode: BatchNorm normalises with its moving stats (0 mean, 1 var).
+    p = jax.tree.map(np.asarray, state.mdl_vars['params'])
+    x = batch.inputs / np.sqrt(1 + 1e-3) * (1 + p['bn']['gamma'])
+    x = x + p['bn']['beta']
+    h = np.maximum(x @ p['l1']['w'], 0)
+    mse = np.mean((h @ p['l2']['w'] - batch.targets) ** 2)
+    np.testing.assert_allclose(float(out.loss), mse, rtol=1e-4)
+
+  def test_check_input_spec_names_a_mismatch(self):
+    partitioner = _partitioner(_task(None))
+    batch = next(_batches(1, batch=4))
+    partitioner.check_input_spec(batch)  # Batch sizes may differ.
+    batch.inputs = batch.inputs[:, :3]
+    with self.assertRaisesRegex(ValueError, 'does not match the input specs'):
+      partitioner.check_input_spec(batch)
 
 
 if __name__ == '__main__':

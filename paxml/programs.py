@@ -1,72 +1,115 @@
-"""Programs: what the executor runs — a train step, an eval pass, a decode pass.
+"""Programs: what the executor runs — training steps and evaluation passes.
 
-Public names: Program, SingleTaskTrainProgram, SingleTaskEvalProgram,
-SingleTaskDecodeProgram, get_summary_base_dir, tokens_in_batch.
+Public names: Program, ProgramOutput, TrainProgramOutput, EvalProgramOutput,
+BaseTrainProgram, SingleTaskTrainProgram, BaseEvalProgram,
+SingleTaskEvalProgram, get_eval_train_state, get_summary_base_dir,
+tokens_in_batch. Decoding is `paxml.decode_programs.SingleTaskDecodeProgram`.
 
-A program has three methods (`should_run`, `run`, `shutdown`); each writes its
-own TensorBoard summaries under `<job_log_dir>/summaries/`:
-`train` and `eval_train` (the train program), `eval_test_<input name>` (one per
-eval input), `decode_test_<input name>` (one per decode input), and decode
-outputs as JSON lines under `<job_log_dir>/decoder_out/<input name>/`.
+A program is built empty (eval programs from their input config), then
+`setup` with the task, partitioner and keys; `run(state, step)` returns a
+`ProgramOutput` holding the (new) state. Each writes its TensorBoard
+summaries under `<job_log_dir>/summaries/`: `train` and `eval_train` (the
+train program), `eval_test_<input name>` (each eval program).
+
+  program = programs.SingleTaskTrainProgram()
+  program.setup(task, train_input, partitioner, job_log_dir, train_key,
+                eval_key, init_step=0)
+  state = program.run(state, 0).state
 """
 
 from __future__ import annotations
 
 import abc
 import collections
-import json
-import pathlib
+import dataclasses
 import time
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from absl import logging
 import jax
 import numpy as np
-from paxml import base_metrics
+from paxml import _program_utils
 from paxml import mfu
-from paxml import partitioning
 from paxml import summary_utils
+from paxml import tasks_lib
 from paxml import trainer_lib
 from praxis import base_hyperparams
+from praxis import trees
 
 instantiate = base_hyperparams.instantiate
-
-# Train steps dispatched ahead of the one the host waits for.
-_MAX_STEPS_IN_FLIGHT = 2
-
-
-def get_summary_base_dir(job_log_dir: pathlib.Path) -> pathlib.Path:
-  return pathlib.Path(job_log_dir) / 'summaries'
+BaseStepFnStaticArgs = trainer_lib.BaseStepFnStaticArgs
+StepFnOutput = trainer_lib.StepFnOutput
+TrainStateMetadata = trainer_lib.TrainStateMetadata
+get_summary_base_dir = _program_utils.get_summary_base_dir
+tokens_in_batch = _program_utils.tokens_in_batch
 
 
-def tokens_in_batch(batch: Any) -> int:
-  """Non-padding tokens of an LM batch (`paddings`), else its examples."""
-  paddings = batch.get('paddings') if isinstance(batch, dict) else None
-  if paddings is not None and np.ndim(paddings) >= 2:
-    return int(np.sum(1.0 - np.asarray(paddings)))
-  leaves = jax.tree.leaves(batch)
-  return int(leaves[0].shape[0]) if leaves else 0
+def get_eval_train_state(task: Any, state: Any, use_ema: bool) -> Any:
+  """The state eval and decode steps take: no optimizer states.
+
+  Args:
+    task: The task.
+    state: A train state (with optimizer states).
+    use_ema: Take the EMA of the variables (the optimizer must keep one).
+
+  Returns:
+    The eval state.
+  """
+  if not use_ema:
+    return state.to_eval_state()
+  if not tasks_lib.has_ema(task):
+    raise ValueError(f'Task {task.name!r}: EMA variables are requested '
+                     '(eval_use_ema_states or decode_use_ema_states) but the '
+                     'optimizer has no ema_decay.')
+  return tasks_lib.extract_ema(state).to_eval_state()
 
 
-def _scalars(weighted_scalars: Any) -> dict[str, tuple[float, float]]:
-  """Weighted scalars as host floats {key: (value, weight)}."""
-  out = {}
-  for key, pair in dict(weighted_scalars).items():
-    if isinstance(pair, (tuple, list)) and len(pair) == 2:
-      out[key] = (float(np.asarray(pair[0])), float(np.asarray(pair[1])))
-    else:
-      out[key] = (float(np.asarray(pair)), 1.0)
-  return out
+@dataclasses.dataclass(frozen=True)
+class ProgramOutput:
+  """What `Program.run` returns.
+
+  Attributes:
+    state: The train state after the program (changed only by training).
+  """
+
+  state: Any
 
 
-def _new_metrics(task: Any) -> Any:
-  """A fresh aggregator of the task's metrics (MeanMetrics by default)."""
-  if task.metrics is None:
-    return base_metrics.MeanMetrics()
-  return instantiate(task.metrics)
+@dataclasses.dataclass(frozen=True)
+class TrainProgramOutput(ProgramOutput):
+  """The output of one training step.
+
+  Attributes:
+    loss: The step's mean loss (a device scalar).
+    weighted_scalars: The model's metrics.
+    new_train_step: The step count after it.
+    steps_per_sec: Measured at summary steps, else None.
+    eval_train_metrics: Metrics of the eval on the training batch, if run.
+  """
+
+  loss: Any
+  weighted_scalars: Any
+  new_train_step: int
+  steps_per_sec: float | None
+  eval_train_metrics: Mapping[str, float] | None
 
 
-class Program(abc.ABC):
+@dataclasses.dataclass(frozen=True)
+class EvalProgramOutput(ProgramOutput):
+  """The output of one evaluation pass.
+
+  Attributes:
+    eval_metrics: `{metric: value}` over the whole input (and 'loss').
+    eval_scoring_metrics: Unused (Pax's scoring metrics).
+    num_eval_steps: Batches evaluated.
+  """
+
+  eval_metrics: Mapping[str, float] | None = None
+  eval_scoring_metrics: Mapping[str, float] | None = None
+  num_eval_steps: int = 0
+
+
+class Program(metaclass=abc.ABCMeta):
   """A unit of work the executor runs between checkpoints."""
 
   @abc.abstractmethod
@@ -74,232 +117,361 @@ class Program(abc.ABC):
     """Whether to run at `step`."""
 
   @abc.abstractmethod
-  def run(self, state: Any, step: int) -> tuple[Any, Any]:
-    """Runs once; returns (state, output)."""
+  def run(self, state: Any, step: int) -> ProgramOutput:
+    """Runs once on `state` at train step `step`."""
 
+  @abc.abstractmethod
   def shutdown(self) -> None:
     """Flushes and closes what the program opened."""
 
 
-class SingleTaskTrainProgram(Program):
-  """One training step per `run`, with summaries and progress logging."""
+class BaseTrainProgram(Program):
+  """One training step per `run`, with summaries and progress logging.
 
-  def __init__(self, task: Any, train_input: Any,
-               partitioner: partitioning.Partitioner,
-               job_log_dir: pathlib.Path, enable_summary_writer: bool = True):
+  Subclasses say how to run a step: `train_step`, `eval_train_step`,
+  `train_input_partition_spec`.
+  """
+
+  def __init__(self):
+    self._task = None
+    self._train_input = None
+    self._partitioner = None
+    self._train_prng_seed = None
+    self._eval_prng_seed = None
+    self._initial_step = -1
+    self._train_unpadded_global_batch_size = None
+    self._writer = None
+    self._eval_writer = None
+    self._in_flight = collections.deque()
+    self._first_result_callback = lambda ok: None
+    self._progress = None
+
+  def register_first_result_callback_fn(
+      self, train_first_result_callback_fn: Callable[[bool], None]) -> None:
+    """Calls `fn(True)` once the first step has been dispatched."""
+    self._first_result_callback = train_first_result_callback_fn
+
+  def first_result_callback_fn(self, metric: bool) -> None:
+    self._first_result_callback(metric)
+
+  @property
+  def train_input(self) -> Any:
+    return self._train_input
+
+  @property
+  def summary_writer(self) -> Any:
+    return self._writer
+
+  @property
+  def train_unpadded_global_batch_size(self) -> int:
+    return self._train_unpadded_global_batch_size
+
+  def setup(self, task: Any, train_input: Any, partitioner: Any,
+            job_log_dir: Any, train_prng_seed: jax.Array,
+            eval_prng_seed: jax.Array, init_step: int,
+            enable_summary_writer: bool = True) -> None:
+    """Binds the program to a task, its input and a partitioner.
+
+    Args:
+      task: The task.
+      train_input: The (instantiated) training input.
+      partitioner: The partitioner (set up).
+      job_log_dir: The run's directory.
+      train_prng_seed: The key of the train steps (each folds its step in).
+      eval_prng_seed: The key of the evaluations on training batches.
+      init_step: The step training starts from.
+      enable_summary_writer: Write TensorBoard summaries.
+    """
     self._task = task
-    self._input = train_input
+    self._train_input = train_input
     self._partitioner = partitioner
-    self._train = task.train
-    self._step_fn = partitioner.partition(trainer_lib.train_step_single_learner)
-    self._eval_fn = partitioner.partition(
-        trainer_lib.eval_step_single_learner, is_eval=True)
+    self._train_prng_seed = train_prng_seed
+    self._eval_prng_seed = eval_prng_seed
+    self._initial_step = init_step
     base = get_summary_base_dir(job_log_dir)
     self._writer = summary_utils.get_summary_writer(
         base / 'train', enable_summary_writer)
     self._eval_writer = summary_utils.get_summary_writer(
         base / 'eval_train', enable_summary_writer)
-    self._key = jax.random.PRNGKey(self._train.random_seed)
-    self._last_time = None
-    self._last_step = None
-    self._tokens = 0
-    self._in_flight = collections.deque()
+    self._train_unpadded_global_batch_size = (
+        train_input.get_global_batch_size(train_input))
+    self._progress = _program_utils.Progress(init_step)
 
   @property
   def num_train_steps(self) -> int:
-    return int(self._train.num_train_steps)
+    return int(self._task.train.num_train_steps)
+
+  def update_state(self, state: Any, step: int) -> Any:
+    """A hook to change the state before a step (none by default)."""
+    del step
+    return state
 
   def should_run(self, state: Any, step: int) -> bool:
     return step < self.num_train_steps
 
-  def run(self, state: Any, step: int) -> tuple[Any, Any]:
-    if self._last_time is None:
-      self._last_time, self._last_step = time.time(), step
-    batch = self._input.get_next()
-    self._tokens += tokens_in_batch(batch)
-    inputs = self._partitioner.preprocess_inputs(batch)
-    # The compiled step folds the state's step into this base key.
-    state, outputs = self._step_fn(state, self._key, inputs)
+  def run(self, state: Any, step: int) -> TrainProgramOutput:
+    """Runs one training step (and its summaries and eval, when due)."""
+    train_p = self._task.train
+    batch = self._train_input.get_next_padded()
+    if step == self._initial_step and train_p.enforce_input_specs:
+      self._partitioner.check_input_spec(batch)
+    self._progress.count(batch)
+    inputs = self._partitioner.preprocess_inputs(
+        self._train_input, batch, self.train_input_partition_spec(batch))
+    static_args = BaseStepFnStaticArgs(
+        unpadded_global_batch_size=self._train_unpadded_global_batch_size)
+    new_step, state, outputs = self.train_step(
+        step, state, self._train_prng_seed, inputs, static_args)
     self._bound_steps_in_flight(outputs)
-    new_step = step + 1
-    if trainer_lib.is_summary_step(self._train, new_step):
-      self._report(new_step, outputs, batch_size=len(jax.tree.leaves(batch)[0]))
+    if step == self._initial_step:
+      self.first_result_callback_fn(True)
+    steps_per_sec = None
+    if trainer_lib.is_summary_step(train_p, new_step):
+      steps_per_sec = self._report(new_step, outputs)
+    eval_metrics = None
     if self._should_eval_train(new_step):
-      _, eval_out = self._eval_fn(state, jax.random.fold_in(self._key, step),
-                                  inputs)
-      summary_utils.write_summary_entry(
-          self._eval_writer, new_step, float(eval_out.loss),
-          _scalars(eval_out.weighted_scalars), {})
-    return state, outputs
+      eval_metrics = self._eval_train(state, new_step, inputs, static_args)
+    return TrainProgramOutput(
+        state, loss=outputs.loss, weighted_scalars=outputs.weighted_scalars,
+        new_train_step=new_step, steps_per_sec=steps_per_sec,
+        eval_train_metrics=eval_metrics)
 
-  def _bound_steps_in_flight(self, outputs: Any) -> None:
-    # Dispatch is asynchronous; waiting for the step `_MAX_STEPS_IN_FLIGHT`
+  @abc.abstractmethod
+  def train_step(self, step: int, state: Any, prng_key: jax.Array,
+                 inputs: Any, static_args: BaseStepFnStaticArgs
+                 ) -> tuple[int, Any, StepFnOutput]:
+    """(new step, new state, StepFnOutput) of one training step."""
+
+  @abc.abstractmethod
+  def eval_train_step(self, state: Any, prng_key: jax.Array, inputs: Any,
+                      static_args: BaseStepFnStaticArgs) -> StepFnOutput:
+    """An eval step on a training batch (`state` is an eval state)."""
+
+  @abc.abstractmethod
+  def train_input_partition_spec(self, inputs: Any) -> Any:
+    """The partition specs of the training inputs."""
+
+  def _bound_steps_in_flight(self, outputs: StepFnOutput) -> None:
+    # Dispatch is asynchronous; waiting for the step `max_inflight_steps`
     # back keeps the devices fed while bounding the queue (and the batches
     # it holds). An unbounded queue of collective steps can also exhaust
     # XLA:CPU's thread pool: its all-reduce rendezvous then aborts.
+    limit = self._task.train.max_inflight_steps
+    if limit <= 0:
+      return
     self._in_flight.append(outputs.loss)
-    if len(self._in_flight) > _MAX_STEPS_IN_FLIGHT:
+    if len(self._in_flight) > limit:
       self._in_flight.popleft().block_until_ready()
 
   def _should_eval_train(self, step: int) -> bool:
-    interval = self._train.eval_interval_steps
-    return bool(interval) and not self._train.eval_skip_train and (
+    train_p = self._task.train
+    interval = train_p.eval_interval_steps
+    return bool(interval) and not train_p.eval_skip_train and (
         step % interval == 0 or step == self.num_train_steps)
 
-  def _report(self, step: int, outputs: Any, batch_size: int) -> None:
+  def _eval_train(self, state: Any, step: int, inputs: Any,
+                  static_args: BaseStepFnStaticArgs) -> dict[str, float]:
+    eval_state = get_eval_train_state(self._task, state,
+                                      self._task.train.eval_use_ema_states)
+    out = self.eval_train_step(
+        eval_state, jax.random.fold_in(self._eval_prng_seed, step), inputs,
+        static_args)
+    scalars = _program_utils.host_scalars(out.weighted_scalars)
+    summary_utils.write_summary_entry(self._eval_writer, step,
+                                      float(out.loss), scalars, {})
+    return {k: v for k, (v, _) in scalars.items()}
+
+  def _report(self, step: int, outputs: StepFnOutput) -> float:
     loss = float(outputs.loss)  # Waits for the step: only at intervals.
-    now = time.time()
-    elapsed = max(now - self._last_time, 1e-9)
-    steps_per_sec = (step - self._last_step) / elapsed
-    tokens_per_sec = self._tokens * jax.process_count() / elapsed
-    eta = (self.num_train_steps - step) / max(steps_per_sec, 1e-9)
-    utilisation = mfu.mfu(self._step_fn.flops, steps_per_sec,
-                          jax.device_count(), jax.devices()[0].device_kind)
+    rates = self._progress.rates(step)
+    utilisation = mfu.mfu(getattr(self._compiled_train_step(), 'flops', None),
+                          rates.steps_per_sec, jax.device_count(),
+                          jax.devices()[0].device_kind)
+    eta = (self.num_train_steps - step) / max(rates.steps_per_sec, 1e-9)
     logging.info(
         'step %d/%d loss %.5f, %.2f steps/sec, %.0f tokens/sec, ETA %.0fs%s',
-        step, self.num_train_steps, loss, steps_per_sec, tokens_per_sec, eta,
+        step, self.num_train_steps, loss, rates.steps_per_sec,
+        rates.tokens_per_sec, eta,
         '' if utilisation is None else f', MFU {100 * utilisation:.1f}%')
     if utilisation is not None:
       self._writer.add_scalar('MFU', utilisation, step)
-    summaries = dict(outputs.summary_tensors or {})
     summary_utils.write_summary_entry(
-        self._writer, step, loss, _scalars(outputs.weighted_scalars),
-        summaries, steps_per_sec=steps_per_sec)
-    self._writer.add_scalar('tokens/sec', tokens_per_sec, step)
-    del batch_size
-    self._last_time, self._last_step, self._tokens = now, step, 0
+        self._writer, step, loss,
+        _program_utils.host_scalars(outputs.weighted_scalars),
+        dict(outputs.summary_tensors or {}),
+        steps_per_sec=rates.steps_per_sec)
+    self._writer.add_scalar('tokens/sec', rates.tokens_per_sec, step)
+    return rates.steps_per_sec
+
+  def _compiled_train_step(self) -> Any:
+    """The compiled train step, if the subclass has one (for MFU)."""
+    return None
 
   def shutdown(self) -> None:
+    while self._in_flight:
+      self._in_flight.popleft().block_until_ready()
     self._writer.close()
     self._eval_writer.close()
 
 
-def _batches(inp: Any):
-  """The batches of one evaluation, under the `reset_for_eval` contract."""
-  if inp.reset_for_eval:
-    while True:
-      try:
-        yield inp.get_next()
-      except StopIteration:
-        inp.reset()
-        return
-  for _ in range(inp.eval_loop_num_batches):
-    yield inp.get_next()
+class SingleTaskTrainProgram(BaseTrainProgram):
+  """Trains a single task on one input with trainer_lib's step functions."""
+
+  def __init__(self):
+    super().__init__()
+    self._train_step_fn = None
+    self._train_input_specs = None
+    self._eval_train_step_fn = None
+
+  def _get_train_step(self, inputs: Any) -> tuple[Any, Any]:
+    if self._train_step_fn is None:
+      self._train_step_fn, self._train_input_specs = (
+          self._partitioner.partition(
+              trainer_lib.train_step_single_learner,
+              trees.get_shape_dtype(inputs), is_eval=False))
+    return self._train_step_fn, self._train_input_specs
+
+  def _compiled_train_step(self) -> Any:
+    return self._train_step_fn
+
+  def train_step(self, step: int, state: Any, prng_key: jax.Array,
+                 inputs: Any, static_args: BaseStepFnStaticArgs
+                 ) -> tuple[int, Any, StepFnOutput]:
+    step_fn, _ = self._get_train_step(inputs)
+    # The compiled step folds the state's step into this base key.
+    state, outputs = step_fn(state, prng_key, inputs, static_args)
+    return step + 1, state, outputs
+
+  def eval_train_step(self, state: Any, prng_key: jax.Array, inputs: Any,
+                      static_args: BaseStepFnStaticArgs) -> StepFnOutput:
+    if self._eval_train_step_fn is None:
+      self._eval_train_step_fn, _ = self._partitioner.partition(
+          trainer_lib.eval_step_single_learner,
+          trees.get_shape_dtype(inputs), is_eval=True)
+    return self._eval_train_step_fn(state, prng_key, inputs, static_args)[1]
+
+  def train_input_partition_spec(self, inputs: Any) -> Any:
+    return self._get_train_step(inputs)[1]
 
 
-class _InputProgram(Program):
-  """A program over one input, with its step function and summary writer.
+class BaseEvalProgram(Program):
+  """Evaluates on one input; writes `summaries/eval_test_<input name>`.
 
-  Attributes:
-    name: The input's name.
+  Subclasses say how to run a step: `eval_step`, `eval_input_partition_spec`.
   """
 
-  STEP_FN: Any = None  # A trainer_lib step function.
-  SUMMARY_PREFIX = ''  # Summaries go to `summaries/<prefix>_<input name>`.
+  def __init__(self, input_p: Any):
+    """Constructor.
 
-  def __init__(self, task: Any, input_p: Any,
-               partitioner: partitioning.Partitioner,
-               job_log_dir: pathlib.Path, enable_summary_writer: bool = True):
+    Args:
+      input_p: Config of the eval input (built in `setup`).
+    """
+    self._input_p = input_p
+    self._task = None
+    self._partitioner = None
+    self._job_log_dir = None
+    self._eval_prng_seed = None
+    self._input = None
+    self._name = None
+    self._writer = None
+
+  @property
+  def eval_input(self) -> Any:
+    return self._input
+
+  def setup(self, task: Any, partitioner: Any, job_log_dir: Any,
+            eval_prng_seed: jax.Array,
+            enable_summary_writer: bool = True) -> None:
+    """Builds the input and the summary writer.
+
+    Args:
+      task: The task.
+      partitioner: The partitioner (set up).
+      job_log_dir: The run's directory.
+      eval_prng_seed: The evaluation key (each batch folds its index in).
+      enable_summary_writer: Write TensorBoard summaries.
+    """
     self._task = task
-    self._input = instantiate(input_p)
     self._partitioner = partitioner
-    self._step_fn = partitioner.partition(type(self).STEP_FN, is_eval=True)
-    self.name = self._input.name
-    self._job_log_dir = pathlib.Path(job_log_dir)
+    self._job_log_dir = job_log_dir
+    self._eval_prng_seed = eval_prng_seed
+    self._input_p = partitioner.preprocess_input_config(self._input_p)
+    self._input = instantiate(self._input_p)
+    self._name = self._input.name
     self._writer = summary_utils.get_summary_writer(
-        get_summary_base_dir(job_log_dir) /
-        f'{self.SUMMARY_PREFIX}_{self.name}', enable_summary_writer)
+        get_summary_base_dir(job_log_dir) / f'eval_test_{self._name}',
+        enable_summary_writer)
 
   def should_run(self, state: Any, step: int) -> bool:
     return True
 
-  def shutdown(self) -> None:
-    self._writer.close()
-
-
-class SingleTaskEvalProgram(_InputProgram):
-  """Evaluates on one input; writes `summaries/eval_test_<name>`."""
-
-  STEP_FN = staticmethod(trainer_lib.eval_step_single_learner)
-  SUMMARY_PREFIX = 'eval_test'
-
-  def __init__(self, *args: Any, **kwargs: Any):
-    super().__init__(*args, **kwargs)
-    self._key = jax.random.PRNGKey(self._task.evaluate.random_seed)
-
-  def run(self, state: Any, step: int) -> tuple[Any, dict[str, Any]]:
-    metrics = _new_metrics(self._task)
+  def run(self, state: Any, step: int) -> EvalProgramOutput:
+    """Evaluates `state` over the whole input (see `reset_for_eval`)."""
+    eval_state = get_eval_train_state(self._task, state,
+                                      self._task.train.eval_use_ema_states)
+    metrics = _program_utils.new_metrics(self._task)
     loss_key = self._task.learners[0].loss_name
     losses, weights = [], []
-    for i, batch in enumerate(_batches(self._input)):
-      key = jax.random.fold_in(self._key, i)
-      _, out = self._step_fn(state, key,
-                               self._partitioner.preprocess_inputs(batch))
-      scalars = _scalars(out.weighted_scalars)
+    static_args = BaseStepFnStaticArgs(
+        unpadded_global_batch_size=self._input.get_global_batch_size(
+            self._input))
+    for i, batch in enumerate(_program_utils.eval_batches(self._input)):
+      inputs = self._partitioner.preprocess_inputs(
+          self._input, batch, self.eval_input_partition_spec(batch))
+      out = self.eval_step(eval_state,
+                           jax.random.fold_in(self._eval_prng_seed, i),
+                           inputs, static_args)
+      scalars = _program_utils.host_scalars(out.weighted_scalars)
       metrics.store(scalars)
       losses.append(float(out.loss))
       # Weighted like the metrics, so padded batches don't count.
       weights.append(scalars.get(loss_key, (0.0, 1.0))[1])
     if not losses:
-      raise ValueError(f'Eval input {self.name!r} produced no batch.')
-    final = {k: (float(v), float(w)) for k, (v, w) in metrics.finalize().items()}
-    loss = float(np.average(losses, weights=weights)) if sum(weights) else float(
-        np.mean(losses))
+      raise ValueError(f'Eval input {self._name!r} produced no batch.')
+    final = {k: (float(v), float(w))
+             for k, (v, w) in metrics.finalize().items()}
+    loss = float(np.average(losses, weights=weights) if sum(weights)
+                 else np.mean(losses))
     summary_utils.write_summary_entry(self._writer, step, loss, final, {})
-    logging.info('eval %s at step %d: loss %.5f %s', self.name, step, loss,
+    logging.info('eval %s at step %d: loss %.5f %s', self._name, step, loss,
                  {k: round(v, 5) for k, (v, _) in final.items()})
-    return state, {'loss': loss, 'metrics': final}
+    return EvalProgramOutput(
+        state, eval_metrics={'loss': loss, **{k: v for k, (v, _) in
+                                               final.items()}},
+        num_eval_steps=len(losses))
+
+  @abc.abstractmethod
+  def eval_step(self, state: Any, prng_key: jax.Array, inputs: Any,
+                static_args: BaseStepFnStaticArgs) -> StepFnOutput:
+    """The StepFnOutput of one eval step (`state` is an eval state)."""
+
+  @abc.abstractmethod
+  def eval_input_partition_spec(self, inputs: Any) -> Any:
+    """The partition specs of the eval inputs."""
+
+  def shutdown(self) -> None:
+    self._writer.close()
 
 
-class SingleTaskDecodeProgram(_InputProgram):
-  """Decodes one input; writes summaries and `decoder_out/<name>/*.jsonl`."""
+class SingleTaskEvalProgram(BaseEvalProgram):
+  """Evaluates a single task on one input with `eval_step_single_learner`."""
 
-  STEP_FN = staticmethod(trainer_lib.decode_step_for_partitioner)
-  SUMMARY_PREFIX = 'decode_test'
+  def __init__(self, input_p: Any):
+    super().__init__(input_p)
+    self._eval_step_fn = None
+    self._input_specs = None
 
-  def __init__(self, *args: Any, **kwargs: Any):
-    super().__init__(*args, **kwargs)
-    self._out_dir = self._job_log_dir / 'decoder_out' / self.name
-    self._key = jax.random.PRNGKey(self._task.decode.random_seed)
+  def _get_eval_step(self, inputs: Any) -> tuple[Any, Any]:
+    if self._eval_step_fn is None:
+      self._eval_step_fn, self._input_specs = self._partitioner.partition(
+          trainer_lib.eval_step_single_learner,
+          trees.get_shape_dtype(inputs), is_eval=True)
+    return self._eval_step_fn, self._input_specs
 
-  def run(self, state: Any, step: int) -> tuple[Any, list[Any]]:
-    metrics = _new_metrics(self._task)
-    records = []
-    for i, batch in enumerate(_batches(self._input)):
-      key = jax.random.fold_in(self._key, i)
-      _, out = self._step_fn(state, key,
-                               self._partitioner.preprocess_inputs(batch))
-      out = jax.device_get(out)
-      scalars, kv_pairs, _ = self._task.model.process_decode_out(
-          self._input, out.per_example_out)
-      metrics.store({**_scalars(out.weighted_scalars), **_scalars(scalars)})
-      records.extend(kv_pairs)
-    final = {k: (float(v), float(w)) for k, (v, w) in metrics.finalize().items()}
-    for key, (value, weight) in final.items():
-      self._writer.add_scalar(f'Metrics/{key}', value, step)
-      self._writer.add_scalar(f'Metrics/{key}-weight', weight, step)
-    self._writer.flush()
-    self._write_records(step, records)
-    logging.info('decode %s at step %d: %d outputs %s', self.name, step,
-                 len(records), final)
-    for key, value in records[:2]:
-      logging.info('decode %s sample %s: %s', self.name, key,
-                   str(value)[:500])
-    return state, records
+  def eval_step(self, state: Any, prng_key: jax.Array, inputs: Any,
+                static_args: BaseStepFnStaticArgs) -> StepFnOutput:
+    return self._get_eval_step(inputs)[0](state, prng_key, inputs,
+                                          static_args)[1]
 
-  def _write_records(self, step: int, records: list[Any]) -> None:
-    self._out_dir.mkdir(parents=True, exist_ok=True)
-    path = self._out_dir / (
-        f'decoder_out_{step}_shard_{jax.process_index()}.jsonl')
-    with path.open('w') as f:
-      for key, value in records:
-        f.write(json.dumps({'key': str(key), 'value': _jsonable(value)}) + '\n')
-
-
-def _jsonable(value: Any) -> Any:
-  """`value` with numpy arrays and scalars turned into JSON types."""
-  return json.loads(json.dumps(
-      jax.tree.map(lambda x: np.asarray(x).tolist()
-                   if isinstance(x, (np.ndarray, np.generic, jax.Array))
-                   else x, value),
-      default=str))
+  def eval_input_partition_spec(self, inputs: Any) -> Any:
+    return self._get_eval_step(inputs)[1]

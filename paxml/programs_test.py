@@ -1,4 +1,4 @@
-"""Tests of the train program's loop on 8 devices."""
+"""Tests of the train and eval programs on 8 devices."""
 
 import pathlib
 import tempfile
@@ -6,10 +6,28 @@ import tempfile
 from absl.testing import absltest
 import jax
 import numpy as np
-from paxml import partitioning
 from paxml import partitioning_test
 from paxml import programs
+from paxml import tasks_lib
 from praxis import base_input
+from praxis import pax_fiddle
+
+
+def _input(batch_size=16, **fields):
+  batches = list(partitioning_test._batches(8, batch=16))
+  data = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+  return base_input.InMemoryInput(name='train', batch_size=batch_size,
+                                  data=data, input_random_seed=1, **fields)
+
+
+def _setup_train(task, inp):
+  partitioner = partitioning_test._partitioner(task)
+  state = partitioning_test._init(partitioner)
+  program = programs.SingleTaskTrainProgram()
+  key = jax.random.PRNGKey(0)
+  program.setup(task, inp, partitioner, pathlib.Path(tempfile.mkdtemp()),
+                key, key, 0, enable_summary_writer=False)
+  return partitioner, state, program
 
 
 class TrainProgramTest(absltest.TestCase):
@@ -21,24 +39,50 @@ class TrainProgramTest(absltest.TestCase):
     task = partitioning_test._task(  # Data parallel over 8 devices.
         None, train_fields=dict(summary_interval_steps=10**6,
                                 num_train_steps=1000))
-    batches = list(partitioning_test._batches(8, batch=16))
-    data = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
-    inp = base_input.InMemoryInput(name='train', batch_size=16, data=data,
-                                   is_training=True, input_random_seed=1)
-    partitioner = partitioning.create_partitioner(task)
-    self.assertEqual(partitioner.mesh.devices.size, 8)
-    partitioner.setup(jax.tree.map(
-        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), inp.peek_padded()))
-    state = partitioner.initialize_state(jax.random.PRNGKey(0))
-    program = programs.SingleTaskTrainProgram(
-        task, inp, partitioner, pathlib.Path(tempfile.mkdtemp()),
-        enable_summary_writer=False)
+    _, state, program = _setup_train(task, _input(is_training=True))
+    self.assertEqual(program.train_unpadded_global_batch_size, 16)
     first = None
     for step in range(task.train.num_train_steps):
-      state, out = program.run(state, step)
+      out = program.run(state, step)
+      state = out.state
+      self.assertEqual(out.new_train_step, step + 1)
       first = first if first is not None else float(out.loss)
+    program.shutdown()
     self.assertEqual(int(state.step), 1000)
     self.assertLess(float(out.loss), first)
+
+
+class EvalProgramTest(absltest.TestCase):
+
+  def test_eval_loss_is_the_numpy_mse_over_the_input(self):
+    task = partitioning_test._task(None)
+    partitioner, state, _ = _setup_train(task, _input(is_training=True))
+    eval_p = pax_fiddle.Config(
+        base_input.InMemoryInput, name='test', batch_size=16,
+        data=_input().data, reset_for_eval=True)
+    program = programs.SingleTaskEvalProgram(eval_p)
+    program.setup(task, partitioner, tempfile.mkdtemp(),
+                  jax.random.PRNGKey(1), enable_summary_writer=False)
+    out = program.run(state, 0)
+    program.shutdown()
+    self.assertIs(out.state, state)
+    self.assertEqual(out.num_eval_steps, 8)
+    # Eval mode: BatchNorm uses its initial moving stats (0 mean, 1 var).
+    p = jax.tree.map(np.asarray, state.mdl_vars['params'])
+    data = eval_p.data
+    h = np.maximum(data['inputs'] / np.sqrt(1 + 1e-3) @ p['l1']['w'], 0)
+    mse = np.mean((h @ p['l2']['w'] - data['targets']) ** 2)
+    np.testing.assert_allclose(out.eval_metrics['loss'], mse, rtol=1e-4)
+
+  def test_get_eval_train_state_drops_opt_states_and_checks_ema(self):
+    task = partitioning_test._task(None)
+    state = partitioning_test._init(partitioning_test._partitioner(task))
+    eval_state = programs.get_eval_train_state(task, state, use_ema=False)
+    self.assertEqual(eval_state.opt_states, [])
+    self.assertIs(eval_state.mdl_vars, state.mdl_vars)
+    with self.assertRaisesRegex(ValueError, 'no ema_decay'):
+      programs.get_eval_train_state(task, state, use_ema=True)
+    self.assertFalse(tasks_lib.has_ema(task))
 
 
 if __name__ == '__main__':

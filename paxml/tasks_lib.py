@@ -223,7 +223,8 @@ def create_state_partition_specs(
   """The TrainState's `PartitionSpec`s from the variables' declarations.
 
   Optimizer states take their specs from the transformation's
-  `init_partition_spec` (or `optimizers.partition_params`).
+  `init_partition_spec`, in the state's structure
+  (`optimizers.partition_spec_like_state`).
 
   Args:
     var_weight_hparams: `WeightHParams` of all variables.
@@ -243,8 +244,7 @@ def create_state_partition_specs(
     excluded = get_excluded_var_mask_for_opt(var_weight_hparams, learner)
     hps = filter_vars_for_grad_or_opt(var_weight_hparams, excluded)
     tx = learner.get_grad_tx(hps)
-    spec_fn = getattr(tx, 'init_partition_spec', None)
-    opt_hps = spec_fn(hps) if spec_fn else optimizers.partition_params(tx, hps)
+    opt_hps = optimizers.partition_spec_like_state(tx, hps)
     opt_specs.append(specs(opt_hps))
   return TrainState(step=PartitionSpec(), mdl_vars=specs(var_weight_hparams),
                     opt_states=opt_specs, extra_state=())
@@ -280,6 +280,16 @@ def create_state_padded_shapes(
 # ----------------------------------------------------------------------------
 
 
+def _flatten_dict(node: Any, prefix: str = '') -> list[tuple[str, Any]]:
+  """`{'a': {'b': x}}` -> `[('a.b', x)]`, in the dicts' order."""
+  if not isinstance(node, dict):
+    return [(prefix, node)]
+  pairs = []
+  for key, value in node.items():
+    pairs.extend(_flatten_dict(value, f'{prefix}.{key}' if prefix else key))
+  return pairs
+
+
 def is_vectorized(states: TrainState) -> bool:
   """Whether the optimizer state is grouped by repeat prefix."""
   if not states.opt_states:
@@ -293,9 +303,14 @@ def has_ema(task: SingleTask) -> bool:
   return task.learners[0].optimizer.ema_decay > 0.0
 
 
+def _is_masked(x: Any) -> bool:
+  """A variable of another repeat-prefix group, or one excluded from bprop."""
+  return py_utils.is_optax_masked_node(x) or py_utils.is_bprop_masked_node(x)
+
+
 def _first_unmasked(*values: Any) -> Any:
   for v in values:
-    if not py_utils.is_bprop_masked_node(v):
+    if not _is_masked(v):
       return v
   return py_utils.BpropMaskedNode()
 
@@ -319,8 +334,7 @@ def extract_ema(
   state = model_states.opt_states[0]
   if is_vectorized(model_states):
     emas = [optimizers.extract_ema(group) for group in state.values()]
-    ema = jax.tree.map(_first_unmasked, *emas,
-                       is_leaf=py_utils.is_bprop_masked_node)
+    ema = jax.tree.map(_first_unmasked, *emas, is_leaf=_is_masked)
   else:
     ema = optimizers.extract_ema(state)
   if merge_for_bprop_exclusion:
@@ -649,6 +663,28 @@ class SingleTask(base_task.BaseTask):
     return create_state_partition_specs(
         var_weight_hparams, mesh_shape, self.model.mesh_axis_names,
         discard_opt_states, self.learners)
+
+  def apply_init_checkpoint_rules(
+      self, train_state: TrainState, train_state_provenance: Any,
+      train_state_partition_specs: TrainState | None = None,
+      global_mesh: jax.sharding.Mesh | None = None,
+      checkpoint_type: Any = None,
+  ) -> tuple[TrainState, Any, bool]:
+    """Loads variables from other runs' checkpoints (`init_from_checkpoint_rules`).
+
+    Not supported yet: with rules configured this raises, rather than train
+    silently from random weights.
+
+    Returns:
+      (state, provenance, whether optimizer states need recomputing).
+    """
+    del train_state_partition_specs, global_mesh, checkpoint_type
+    if not self.train.init_from_checkpoint_rules:
+      return train_state, train_state_provenance, False
+    raise NotImplementedError(
+        f'SingleTask {self.name!r}: train.init_from_checkpoint_rules (loading '
+        f'from {sorted(self.train.init_from_checkpoint_rules)}) is not '
+        'supported yet; restore with --restore_checkpoint_dir instead.')
 
   def maybe_adjust_train_state(
       self, step: Any, mdl_vars: Any, var_weight_hparams: Any,

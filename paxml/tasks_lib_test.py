@@ -195,6 +195,15 @@ class TrainStateTest(test_utils.TestCase):
     self.assertAllClose(tasks_lib.extract_ema(state).mdl_vars, variables)
 
 
+class FlattenDictTest(test_utils.TestCase):
+
+  def test_keys_are_dot_joined_in_dict_order(self):
+    tree = {'params': {'b': 1, 'a': {'x': 2}}, 'step': 3}
+    self.assertEqual(tasks_lib._flatten_dict(tree),  # pylint: disable=protected-access
+                     [('params.b', 1), ('params.a.x', 2), ('step', 3)])
+    self.assertEqual(tasks_lib._flatten_dict(5), [('', 5)])  # pylint: disable=protected-access
+
+
 class PartitionSpecTest(test_utils.TestCase):
 
   def _specs(self, mesh, discard=False, **model_kwargs):

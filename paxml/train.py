@@ -2,6 +2,10 @@
 
 Public names: ExperimentConfigs, train_and_evaluate, write_hparams_file,
 write_post_init_model_hparams_file, setup_run.
+
+`write_post_init_model_hparams_file` here writes the runner's table of
+variables (path, shape, dtype, partition spec); Pax's two-part file is
+`trainer_lib.write_post_init_model_hparams_file`.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from fiddle.absl_flags import utils as fdl_flag_utils
 import jax
 from paxml import base_experiment
 from paxml import checkpoints
+from paxml import decode_programs as decode_programs_lib
 from paxml import executors
 from paxml import partitioning
 from paxml import programs
+from paxml import trainer_lib
 from praxis import base_hyperparams
 from praxis import base_input
 from praxis import base_layer
@@ -58,7 +64,9 @@ class ExperimentConfigs:
     if (type(experiment).get_input_specs_provider_params is not
         base_experiment.BaseExperiment.get_input_specs_provider_params):
       provider = experiment.get_input_specs_provider_params()
-    return cls(name, experiment.task(), list(experiment.datasets()),
+    datasets = list(experiment.datasets())
+    _share_provider_input(provider, datasets)
+    return cls(name, experiment.task(), datasets,
                list(experiment.decode_datasets()), provider)
 
   def apply_overrides(self, assignments: list[str]) -> None:
@@ -79,6 +87,25 @@ class ExperimentConfigs:
   @property
   def eval_datasets(self) -> list[pax_fiddle.Config[Any]]:
     return [d for d in self.datasets if not d.is_training]
+
+
+def _share_provider_input(provider: Any, datasets: list[Any]) -> None:
+  """Points a provider's `input_p` at the equal dataset config, if any.
+
+  A provider built from `training_dataset()` then reads the dataset the run
+  uses, `--fdl_set` edits of `datasets[i]` included.
+
+  Args:
+    provider: An input specs provider config, or None.
+    datasets: The experiment's dataset configs.
+  """
+  input_p = getattr(provider, 'input_p', None)
+  if input_p is None:
+    return
+  for dataset in datasets:
+    if dataset == input_p:
+      provider.input_p = dataset
+      return
 
 
 def write_hparams_file(configs: ExperimentConfigs, job_log_dir: pathlib.Path,
@@ -112,52 +139,31 @@ def write_post_init_model_hparams_file(
   path.write_text('\n'.join(lines) + '\n')
 
 
-def _abstract_state(partitioner: partitioning.Partitioner) -> Any:
-  shapes = partitioner.metadata.unpadded_global_shapes
-  return jax.tree.map(
-      lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-      shapes, partitioner.state_shardings)
+def _input_specs_provider(configs: ExperimentConfigs) -> Any:
+  """The experiment's provider, else one reading a training batch."""
+  if configs.input_specs_provider is not None:
+    return instantiate(configs.input_specs_provider)
+  specs_input = configs.train_datasets or configs.eval_datasets
+  if not specs_input:
+    raise ValueError(f'Experiment {configs.name} defines no dataset.')
+  return base_input.DatasetInputSpecsProvider(input_p=specs_input[0])
 
 
 def setup_run(configs: ExperimentConfigs, options: executors.RunOptions,
               discard_opt_states: bool = False):
-  """Instantiates the task and partitioner from the experiment's configs.
+  """Instantiates the task and sets up its partitioner (eval/decode jobs).
 
   Returns:
-    (task, partitioner), with the partitioner set up from the input specs.
+    (task, partitioner), the partitioner set up from the input specs.
   """
+  del options, discard_opt_states
   task = instantiate(configs.task)
-  if configs.input_specs_provider is not None:
-    provider = instantiate(configs.input_specs_provider)
-  else:
-    specs_input = configs.train_datasets or configs.eval_datasets
-    if not specs_input:
-      raise ValueError(f'Experiment {configs.name} defines no dataset.')
-    provider = base_input.DatasetInputSpecsProvider(input_p=specs_input[0])
-  partitioner = partitioning.create_partitioner(task)
-  partitioner.setup(provider.get_input_specs(),
-                    discard_opt_states=discard_opt_states)
-  del options
+  provider = _input_specs_provider(configs)
+  partitioner = partitioning.create_partitioner(task, reshard_inputs=True)
+  partitioner.setup(
+      task, jax.random.PRNGKey(task.train.random_seed),
+      trainer_lib.get_train_input_specs_for_model_init(task, provider))
   return task, partitioner
-
-
-def restore_or_initialize(task: Any, partitioner: partitioning.Partitioner,
-                          checkpointer: checkpoints.Checkpointer | None,
-                          options: executors.RunOptions,
-                          train_input: Any = None) -> tuple[Any, int]:
-  """The latest checkpoint if there is one, else a freshly initialised state."""
-  step = options.restore_checkpoint_step
-  if checkpointer is not None and (step is not None or
-                                   checkpointer.latest_step() is not None):
-    state, input_state = checkpointer.restore(
-        step, abstract_state=_abstract_state(partitioner))
-    if input_state is not None and train_input is not None:
-      train_input.set_state(input_state)
-    restored = int(jax.device_get(state.step))
-    logging.info('Restored the checkpoint of step %d.', restored)
-    return state, restored
-  key = jax.random.PRNGKey(task.train.random_seed)
-  return partitioner.initialize_state(key), 0
 
 
 def train_and_evaluate(configs: ExperimentConfigs,
@@ -175,11 +181,8 @@ def train_and_evaluate(configs: ExperimentConfigs,
   job_log_dir.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
     write_hparams_file(configs, job_log_dir)
-  task, partitioner = setup_run(configs, options)
-  if jax.process_index() == 0:
-    write_post_init_model_hparams_file(partitioner.metadata, job_log_dir)
-
-  train_input = instantiate(configs.train_datasets[0])
+  task = instantiate(configs.task)
+  partitioner = partitioning.create_partitioner(task, reshard_inputs=True)
   checkpointer = None
   if options.enable_checkpoint_saving:
     checkpointer = checkpoints.Checkpointer(
@@ -188,21 +191,22 @@ def train_and_evaluate(configs: ExperimentConfigs,
         save_max_to_keep=task.train.save_max_to_keep,
         checkpoint_dir=options.restore_checkpoint_dir)
     checkpoints.install_sigterm_handler()
-  state, step = restore_or_initialize(task, partitioner, checkpointer, options,
-                                      train_input)
-  kwargs = dict(partitioner=partitioner, job_log_dir=job_log_dir,
-                enable_summary_writer=options.enable_summary_writer)
-  train_program = programs.SingleTaskTrainProgram(task, train_input, **kwargs)
-  eval_programs = [
-      programs.SingleTaskEvalProgram(task, p, **kwargs)
-      for p in (configs.eval_datasets if options.eval_on_test else [])]
-  decode_programs = [
-      programs.SingleTaskDecodeProgram(task, p, **kwargs)
-      for p in (configs.decode_datasets if options.decode_during_train else [])]
-  executor = executors.DefaultExecutor(
-      task, checkpointer, train_program, eval_programs, decode_programs,
-      train_input=train_input)
-  state = executor.start(state, step)
+  eval_programs = [programs.SingleTaskEvalProgram(p) for p in (
+      configs.eval_datasets if options.eval_on_test else [])]
+  decode_programs = [decode_programs_lib.SingleTaskDecodeProgram(p) for p in (
+      configs.decode_datasets if options.decode_during_train else [])]
+  executor = executors.DefaultExecutor()
+  executor.setup(
+      task, job_log_dir, checkpointer, partitioner,
+      _input_specs_provider(configs), configs.train_datasets[0],
+      programs.SingleTaskTrainProgram(), eval_programs, decode_programs,
+      early_stopping_fn=None,
+      enable_summary_writer=options.enable_summary_writer,
+      restore_checkpoint_step=options.restore_checkpoint_step)
+  if jax.process_index() == 0:
+    write_post_init_model_hparams_file(
+        partitioner.get_train_state_metadata(), job_log_dir)
+  state = executor.start()
   if checkpointer is not None:
     checkpointer.close()
   return state

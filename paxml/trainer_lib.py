@@ -1,9 +1,16 @@
 """The step functions of Pax: initialise, train, evaluate and decode.
 
 Public names: StepFnOutput, BaseStepFnStaticArgs, TrainStateMetadata,
-create_train_state_metadata, initialize_model_state, get_excluded_var_masks,
-train_step_single_learner, eval_step_single_learner, decode_step,
-decode_step_for_partitioner, is_summary_step.
+create_train_state_metadata, initialize_model_state, replicate_model_state,
+initialize_replicate_model_state, initialize_partitioned_model_states,
+get_excluded_var_masks, train_step_single_learner, eval_step_single_learner,
+decode_step, decode_step_for_partitioner, is_summary_step; and, from the
+private sibling `_trainer_setup`, RunningMode,
+write_post_init_model_hparams_file, write_train_provenance_file,
+adjust_input_params_for_small_batch, shard_on_batch_dim_partition_spec,
+reshard_input_based_on_rank_fn, get_inputs_shape_dtype,
+get_input_partition_specs, check_unique_names, bind_mesh,
+get_train_input_specs_for_model_init.
 
 Everything here is pure: no I/O and no `jax.jit`. The partitioner compiles
 each step once over the global mesh; values are global, so nothing is
@@ -32,6 +39,8 @@ from typing import Any
 from flax import struct
 import jax
 import jax.numpy as jnp
+import numpy as np
+from paxml import _trainer_setup
 from paxml import learners as learners_lib
 from paxml import sgf
 from paxml import tasks_lib
@@ -51,6 +60,29 @@ NON_TRAINABLE = base_layer.NON_TRAINABLE
 SUMMARIES = base_layer.SUMMARIES
 DECODE_CACHE = base_layer.DECODE_CACHE
 _UPDATED_COLLECTIONS = [NON_TRAINABLE] + base_layer.NON_PAX_VAR_COLLECTION
+AUX_LOSS = base_layer.AUX_LOSS
+NON_PAX_VAR_COLLECTION = base_layer.NON_PAX_VAR_COLLECTION
+PMAP_PARALLEL_AXIS_NAME = base_layer.PMAP_PARALLEL_AXIS_NAME
+PartitionSpec = jax.sharding.PartitionSpec
+TensorProvenance = train_states.TensorProvenance
+EarlyStoppingFn = tasks_lib.EarlyStoppingFn
+instantiate = base_layer.instantiate
+
+RunningMode = _trainer_setup.RunningMode
+write_post_init_model_hparams_file = (
+    _trainer_setup.write_post_init_model_hparams_file)
+write_train_provenance_file = _trainer_setup.write_train_provenance_file
+adjust_input_params_for_small_batch = (
+    _trainer_setup.adjust_input_params_for_small_batch)
+shard_on_batch_dim_partition_spec = (
+    _trainer_setup.shard_on_batch_dim_partition_spec)
+reshard_input_based_on_rank_fn = _trainer_setup.reshard_input_based_on_rank_fn
+get_inputs_shape_dtype = _trainer_setup.get_inputs_shape_dtype
+get_input_partition_specs = _trainer_setup.get_input_partition_specs
+check_unique_names = _trainer_setup.check_unique_names
+bind_mesh = _trainer_setup.bind_mesh
+get_train_input_specs_for_model_init = (
+    _trainer_setup.get_train_input_specs_for_model_init)
 
 
 @struct.dataclass
@@ -157,26 +189,31 @@ def initialize_model_state(
     prng_key: jax.Array,
     inputs_shape_dtype: Any,
     discard_opt_states: bool = False,
+    do_init_checkpoint_rules: bool = True,
     is_eval: bool = False,
+    checkpoint_type: Any = None,
     var_weight_hparams: Any = None,
 ) -> tuple[TrainState, TrainStateProvenance]:
   """Randomly initialised variables and fresh optimizer states.
 
   The model is initialised on zeros of the input shapes (arrays or
   `jax.ShapeDtypeStruct`s), in eval mode only if `is_eval` and the task does
-  not `always_use_train_for_model_init`. Call it inside `jax.jit` to create
-  the state sharded.
+  not `always_use_train_for_model_init`; then the task's
+  `train.init_from_checkpoint_rules` are applied. Call it inside `jax.jit`
+  (with `do_init_checkpoint_rules=False`) to create the state sharded.
 
   Args:
     jax_task: The task.
     prng_key: Randomness of the initialisation.
     inputs_shape_dtype: Shapes of one batch.
     discard_opt_states: Leave optimizer states out.
+    do_init_checkpoint_rules: Apply `train.init_from_checkpoint_rules`.
     is_eval: Initialise for evaluation.
+    checkpoint_type: The kind of the checkpoints the rules read.
     var_weight_hparams: The variables' `WeightHParams` (traced if None).
 
   Returns:
-    (the step-0 TrainState, its provenance: random init everywhere).
+    (the step-0 TrainState, where each of its tensors came from).
   """
   model = jax_task.model
   do_eval = is_eval and not jax_task.train.always_use_train_for_model_init
@@ -193,7 +230,92 @@ def initialize_model_state(
   variables.pop('params_axes', None)
   state = jax_task.create_train_state(variables, var_weight_hparams,
                                       discard_opt_states)
-  return state, train_states.build_train_state_provenance(state)
+  provenance = train_states.build_train_state_provenance(state)
+  if do_init_checkpoint_rules and jax_task.train.init_from_checkpoint_rules:
+    state, provenance, _ = jax_task.apply_init_checkpoint_rules(
+        state, provenance, checkpoint_type=checkpoint_type)
+  return state, provenance
+
+
+def replicate_model_state(model_states: TrainState) -> TrainState:
+  """Each array stacked once per local device, split over them (for pmap)."""
+  devices = jax.local_devices()
+  mesh = jax.sharding.Mesh(np.array(devices), ('_replica',))
+  sharding = jax.sharding.NamedSharding(mesh, PartitionSpec('_replica'))
+
+  def replicate(x):
+    x = jnp.asarray(x)
+    return jax.device_put(jnp.broadcast_to(x, (len(devices),) + x.shape),
+                          sharding)
+
+  return jax.tree.map(replicate, model_states)
+
+
+def initialize_replicate_model_state(
+    jax_task: tasks_lib.SingleTask,
+    prng_key: jax.Array,
+    inputs_shape_dtype: Any,
+    discard_opt_states: bool = False,
+) -> TrainState:
+  """`initialize_model_state`, replicated over the local devices."""
+  state, _ = initialize_model_state(jax_task, prng_key, inputs_shape_dtype,
+                                    discard_opt_states)
+  return replicate_model_state(state)
+
+
+def initialize_partitioned_model_states(
+    jax_task: tasks_lib.SingleTask,
+    prng_key: jax.Array,
+    global_input_shapes: Any,
+    state_specs: TrainState,
+    discard_opt_states: bool = False,
+    global_mesh: jax.sharding.Mesh | None = None,
+    checkpoint_type: Any = None,
+    do_init_checkpoint_rules: bool = True,
+    var_weight_hparams: Any = None,
+    is_eval: bool = False,
+) -> tuple[TrainState, TrainStateProvenance]:
+  """`initialize_model_state` compiled to create the state sharded.
+
+  Args:
+    jax_task: The task.
+    prng_key: Randomness of the initialisation.
+    global_input_shapes: Global shapes of one batch.
+    state_specs: The TrainState's `PartitionSpec`s on `global_mesh`.
+    discard_opt_states: Leave optimizer states out (of the specs too).
+    global_mesh: The mesh.
+    checkpoint_type: The kind of the checkpoints the init rules read.
+    do_init_checkpoint_rules: Apply `train.init_from_checkpoint_rules`.
+    var_weight_hparams: The variables' `WeightHParams` (traced if None).
+    is_eval: Initialise for evaluation.
+
+  Returns:
+    (the sharded step-0 TrainState, its provenance).
+  """
+  if global_mesh is None:
+    raise ValueError('initialize_partitioned_model_states: global_mesh is '
+                     'required.')
+  if discard_opt_states:
+    state_specs = state_specs.to_eval_state()
+  shardings = jax.tree.map(
+      lambda s: jax.sharding.NamedSharding(global_mesh, s), state_specs,
+      is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+  def init(key):
+    state, _ = initialize_model_state(
+        jax_task, key, global_input_shapes, discard_opt_states,
+        do_init_checkpoint_rules=False, is_eval=is_eval,
+        var_weight_hparams=var_weight_hparams)
+    return state
+
+  with jax.set_mesh(global_mesh):
+    state = jax.jit(init, out_shardings=shardings)(prng_key)
+  provenance = train_states.build_train_state_provenance(state)
+  if do_init_checkpoint_rules and jax_task.train.init_from_checkpoint_rules:
+    state, provenance, _ = jax_task.apply_init_checkpoint_rules(
+        state, provenance, train_state_partition_specs=state_specs,
+        global_mesh=global_mesh, checkpoint_type=checkpoint_type)
+  return state, provenance
 
 
 def _to_bfloat16(x: Any) -> Any:
@@ -587,3 +709,7 @@ def decode_step_for_partitioner(
       loss=None, weighted_scalars=weighted_scalars, per_example_out=results,
       summary_tensors=_flatten_summaries(updated.get(SUMMARIES, {})),
       clu_metrics=metrics)
+
+
+# Pax's private name, used by Pax's own partitioner code.
+_decode_step_for_partitioner = decode_step_for_partitioner

@@ -1,6 +1,7 @@
 """Tests of paxml.trainer_lib: steps checked against hand-written math."""
 
 import functools
+import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -12,6 +13,7 @@ from paxml import tasks_lib
 from paxml import train_states
 from paxml import trainer_lib
 from praxis import base_hyperparams
+from praxis import base_input
 from praxis import base_layer
 from praxis import base_model
 from praxis import optimizers
@@ -369,6 +371,139 @@ class InitAndDecodeTest(test_utils.TestCase):
     batch = _index(_batches(self.rng, 1), 0)
     with self.assertRaisesRegex(ValueError, 'exactly one learner'):
       trainer_lib.train_step_single_learner(task, None, None, batch)
+
+
+class _FakeModel:
+  """Stands for a model in the post-init file test (its two parts)."""
+
+  def abstract_init_with_mdl_config(self, shapes, do_eval=False):
+    return {'layer': {'dims': shapes['x'].shape[-1], 'do_eval': do_eval}}
+
+
+class SetupHelpersTest(test_utils.TestCase):
+
+  def _task(self):
+    return base_hyperparams.instantiate(_task(
+        pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1)))
+
+  def _shapes(self):
+    batch = _index(_batches(self.rng, 1), 0)
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                        batch)
+
+  def test_running_mode_detect_and_flags(self):
+    mode = trainer_lib.RunningMode
+    self.assertEqual(mode.detect(False, False, False), mode.UNKNOWN)
+    both = mode.detect(True, False, True)
+    self.assertEqual(both, mode.TRAIN | mode.DECODE)
+    self.assertEqual((both.has_train, both.has_eval, both.has_decode),
+                     (True, False, True))
+
+  def test_post_init_file_has_layer_configs_then_variables(self):
+    meta = trainer_lib.create_train_state_metadata(self._task(),
+                                                   self._shapes())
+    out = self.enter_context(tempfile.TemporaryDirectory())
+    trainer_lib.write_post_init_model_hparams_file(_FakeModel(), meta, out,
+                                                   do_eval=True)
+    with open(f'{out}/post_init_model_params.txt') as f:
+      configs, variables = f.read().split('\n\n')
+    self.assertEqual(configs.strip(),
+                     base_hyperparams.nested_struct_to_text(
+                         {'layer': {'dims': 3, 'do_eval': True}}).strip())
+    self.assertIn('params.w : WeightHParams(shape=[3, 2]', variables)
+
+  def test_provenance_file_lists_each_tensor_once(self):
+    task = self._task()
+    _, provenance = trainer_lib.initialize_model_state(
+        task, jax.random.PRNGKey(0), self._shapes())
+    out = self.enter_context(tempfile.TemporaryDirectory())
+    trainer_lib.write_train_provenance_file(provenance, out)
+    with open(f'{out}/train_state_provenance.txt') as f:
+      text = f.read()
+    self.assertIn("Mdl vars\n['params']['b']: \"(random_init)\"", text)
+    self.assertTrue(text.startswith('Step\n'))
+
+  def test_replicated_and_partitioned_initialisation(self):
+    task = self._task()
+    shapes = self._shapes()
+    plain, _ = trainer_lib.initialize_model_state(
+        task, jax.random.PRNGKey(0), shapes)
+    replicated = trainer_lib.initialize_replicate_model_state(
+        task, jax.random.PRNGKey(0), shapes)
+    n = jax.local_device_count()
+    self.assertEqual(replicated.mdl_vars['params']['w'].shape, (n, 3, 2))
+    for i in range(n):
+      self.assertArraysEqual(replicated.mdl_vars['params']['w'][i],
+                             plain.mdl_vars['params']['w'])
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+    specs = task.create_train_state_partition_specs(
+        trainer_lib.create_train_state_metadata(task, shapes)
+        .var_weight_hparams)
+    sharded, provenance = trainer_lib.initialize_partitioned_model_states(
+        task, jax.random.PRNGKey(0), shapes, specs, discard_opt_states=True,
+        global_mesh=mesh)
+    self.assertEqual(sharded.opt_states, [])
+    self.assertArraysEqual(sharded.mdl_vars['params']['w'],
+                           plain.mdl_vars['params']['w'])
+    self.assertEqual(sharded.mdl_vars['params']['w'].sharding.mesh, mesh)
+    self.assertEqual(repr(provenance.step), '"(random_init)"')
+
+  def test_init_checkpoint_rules_are_refused_clearly(self):
+    task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
+    task_p.train.init_from_checkpoint_rules = {
+        '/ckpt': tasks_lib.CheckpointLoadingRules(
+            task_p=None, load_rules=[tasks_lib.LOAD_ALL])}
+    task = base_hyperparams.instantiate(task_p)
+    with self.assertRaisesRegex(NotImplementedError,
+                                'init_from_checkpoint_rules'):
+      trainer_lib.initialize_model_state(task, jax.random.PRNGKey(0),
+                                         self._shapes())
+    state, _ = trainer_lib.initialize_model_state(
+        task, jax.random.PRNGKey(0), self._shapes(),
+        do_init_checkpoint_rules=False)
+    self.assertEqual(int(state.step), 0)
+
+  def test_input_partition_specs(self):
+    P = jax.sharding.PartitionSpec  # pylint: disable=invalid-name
+    specs = trainer_lib.get_input_partition_specs(
+        ('data', 'mdl'), {'a': np.zeros((4, 2)), 'b': np.zeros(4)})
+    self.assertEqual(specs, {'a': P(('data', 'mdl'), None),
+                             'b': P(('data', 'mdl'))})
+    with self.assertRaisesRegex(ValueError, 'batch dimension'):
+      trainer_lib.shard_on_batch_dim_partition_spec(('data',), np.zeros(()))
+    x = jnp.ones((2, 3))
+    self.assertIs(trainer_lib.reshard_input_based_on_rank_fn(None, (), x), x)
+    self.assertIs(trainer_lib.reshard_input_based_on_rank_fn(
+        {'map_2d': None}, ('data',), x), x)
+    with self.assertRaisesRegex(ValueError, "no 'map_2d'"):
+      trainer_lib.reshard_input_based_on_rank_fn({'map_1d': None}, (), x)
+
+  def test_input_shapes_names_and_small_batches(self):
+    data = {'x': np.arange(12, dtype=np.float32).reshape(6, 2)}
+    input_p = base_input.InMemoryInput.HParams(
+        name='a', batch_size=3, data=data)
+    per_host, global_ = trainer_lib.get_inputs_shape_dtype(input_p)
+    self.assertEqual(per_host['x'].shape, (3, 2))
+    self.assertEqual(global_['x'].shape, (3 * jax.process_count(), 2))
+    padded = trainer_lib.adjust_input_params_for_small_batch(input_p, None)
+    devices = jax.local_device_count()
+    self.assertEqual(padded.batch_padding_size, -(-3 // devices) * devices - 3)
+    inputs = [base_hyperparams.instantiate(input_p)] * 2
+    with self.assertRaisesRegex(ValueError, "Two inputs are named 'a'"):
+      trainer_lib.check_unique_names(inputs)
+
+  def test_bind_mesh_runs_under_the_mesh(self):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+    seen = []
+
+    def body(x):
+      seen.append(jax.sharding.get_abstract_mesh().axis_names)
+      return x * 2
+
+    fn = trainer_lib.bind_mesh(jax.jit(body), mesh)
+    self.assertEqual(float(fn(1.5)), 3.0)
+    self.assertEqual(seen, [('data',)])
+    self.assertIsNotNone(fn.lower(2.0))
 
 
 if __name__ == '__main__':

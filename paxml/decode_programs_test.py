@@ -1,0 +1,80 @@
+"""Tests of the decode program: metrics, summaries and output files."""
+
+import json
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+from paxml import decode_programs
+from paxml import partitioning
+from paxml import tasks_lib
+from praxis import base_hyperparams
+from praxis import base_input
+from praxis import base_model
+from praxis import optimizers
+from praxis import pax_fiddle
+from praxis import py_utils
+
+NestedMap = py_utils.NestedMap
+
+
+class Doubler(base_model.BaseModel):
+  """Decodes `2 * x`; the metric is the mean of x."""
+
+  def setup(self):
+    self.create_variable('unused', base_model.base_layer.WeightHParams([1]))
+
+  def compute_predictions(self, input_batch):
+    return input_batch.x * self.theta.unused
+
+  def compute_loss(self, predictions, input_batch):
+    return {'loss': (jnp.mean(predictions), jnp.array(1.0))}, NestedMap()
+
+  def decode(self, input_batch):
+    x = input_batch.x
+    return ({'x_mean': (jnp.mean(x), jnp.array(x.size, jnp.float32))},
+            NestedMap(doubled=2 * x, idx=input_batch.idx), {})
+
+  def process_decode_out(self, input_obj, decode_out):
+    pairs = [(int(i), v.tolist()) for i, v in
+             zip(decode_out.idx, decode_out.doubled)]
+    return {}, pairs, {}
+
+
+class DecodeProgramTest(absltest.TestCase):
+
+  def test_outputs_and_metrics_match_numpy(self):
+    task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')
+    task_p.model = pax_fiddle.Config(Doubler, name='m')
+    task_p.train.learner.loss_name = 'loss'
+    task_p.train.learner.optimizer = pax_fiddle.Config(optimizers.Sgd)
+    task = base_hyperparams.instantiate(task_p)
+    x = np.arange(48, dtype=np.float32).reshape(24, 2)
+    data = {'x': x, 'idx': np.arange(24, dtype=np.int32)}
+    input_p = pax_fiddle.Config(base_input.InMemoryInput, name='dec',
+                                batch_size=8, data=data, reset_for_eval=True)
+    partitioner = partitioning.create_partitioner(task)
+    partitioner.setup(task, None, NestedMap(jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct((8,) + a.shape[1:], a.dtype), data)))
+    _, state, _ = partitioner.initialize_prng_key_and_train_state(
+        jax.random.PRNGKey(0), None, None)
+    job_dir = pathlib.Path(tempfile.mkdtemp())
+    program = decode_programs.SingleTaskDecodeProgram(input_p)
+    program.setup(task, partitioner, job_dir, jax.random.PRNGKey(1),
+                  enable_summary_writer=False)
+    out = program.run(state, 7)
+    program.shutdown()
+    self.assertEqual(out.num_decode_steps, 3)
+    self.assertAlmostEqual(out.decode_metrics['x_mean'], x.mean(), places=4)
+    path = job_dir / 'decoder_out' / 'dec' / 'decoder_out_7_shard_0.jsonl'
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    got = {int(r['key']): r['value'] for r in rows}
+    self.assertEqual(sorted(got), list(range(24)))
+    np.testing.assert_allclose([got[i] for i in range(24)], 2 * x)
+
+
+if __name__ == '__main__':
+  absltest.main()
