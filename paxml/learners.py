@@ -1,7 +1,6 @@
 """Learners: turn gradients into new variables with an optimizer.
 
-Public names: Learner, MultiOptimizerLearner, NO_PREFIX_KEY,
-vectorize_on_repeat_prefix.
+Public names: Learner, MultiOptimizerLearner, NO_PREFIX_KEY.
 
 A learner owns an optimizer (an optax transformation with sharding, see
 `praxis.optimizers`) and what surrounds it in a Pax training step:
@@ -29,12 +28,14 @@ clipping in the chain); clipping twice changes nothing (up to rounding), so
 the learner's clipping only adds its summaries.
 
 Variables stacked by repeated layers (a `repeat_prefix` in their
-`WeightHParams`) are optimized layer by layer (`jax.vmap` over the prefix),
-so factored optimizers factor each layer's matrix.
+`WeightHParams`) are optimized layer by layer (`jax.vmap` over the prefix,
+see `praxis.optimizer_prefix_vectorization`), so factored optimizers factor
+each layer's matrix.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable, Sequence
 
@@ -43,6 +44,7 @@ import jax.numpy as jnp
 from paxml import sgf
 from praxis import base_hyperparams
 from praxis import base_layer
+from praxis import optimizer_prefix_vectorization as opt_vec
 from praxis import optimizers
 from praxis import pax_fiddle
 from praxis import py_utils
@@ -53,12 +55,7 @@ SummaryType = base_layer.SummaryType
 WeightHParams = base_layer.WeightHParams
 instantiate = base_hyperparams.instantiate
 
-NO_PREFIX_KEY = 'no_prefix'
-_MASKED = py_utils.BpropMaskedNode
-
-
-def _is_hp(x: Any) -> bool:
-  return isinstance(x, WeightHParams)
+NO_PREFIX_KEY = opt_vec.NO_PREFIX_KEY
 
 
 def _is_float(x: Any) -> bool:
@@ -78,131 +75,28 @@ def _summary(name: str, value: Any) -> None:
 
 
 # ----------------------------------------------------------------------------
-# Optimizing stacked (repeated) variables layer by layer.
-# ----------------------------------------------------------------------------
-
-
-def _encode_dim(d: Any) -> str:
-  if d is None:
-    return ''
-  if isinstance(d, int):
-    return f'i{d}'
-  if isinstance(d, (list, tuple)):
-    return 't' + ','.join(_encode_dim(e) for e in d)
-  return f's{d}'
-
-
-def _prefix_key(hp: WeightHParams, sep: str) -> str:
-  """The group of a variable: its prefix shape and sharding, as Pax names it."""
-  if not hp.repeat_prefix:
-    return NO_PREFIX_KEY
-  sharding = hp.repeat_prefix_split_dims_mapping
-  sharding = sharding or [-1] * len(hp.repeat_prefix)
-  shape = '.'.join(str(d) for d in hp.repeat_prefix)
-  key = f'p{sep}{shape}{sep}' + '.'.join(_encode_dim(d) for d in sharding)
-  opt = hp.repeat_optimizer_dims_mapping
-  if opt is not None and any(d != -1 for d in opt):
-    key += sep + '.'.join(_encode_dim(d) for d in opt)
-  return key
-
-
-def _groups(hps: Any, sep: str) -> dict[str, WeightHParams | None]:
-  """Group key -> one of its variables' WeightHParams."""
-  found = {}
-  for hp in jax.tree.leaves(hps, is_leaf=_is_hp):
-    found.setdefault(_prefix_key(hp, sep), hp)
-  return found
-
-
-def _select(tree: Any, hps: Any, key: str, sep: str) -> Any:
-  return jax.tree.map(
-      lambda x, hp: x if _prefix_key(hp, sep) == key else _MASKED(),
-      tree, hps)
-
-
-def _vmap_n(fn: Callable[..., Any], n: int) -> Callable[..., Any]:
-  for _ in range(n):
-    fn = jax.vmap(fn)
-  return fn
-
-
-def _set_prefix(spec: Any, hp: WeightHParams | None) -> Any:
-  """Adds (or with hp None, removes) the repeat prefix of every spec leaf."""
-  def one(s: WeightHParams) -> WeightHParams:
-    s = WeightHParams(**vars(s))
-    s.repeat_prefix = list(hp.repeat_prefix) if hp else None
-    s.repeat_prefix_split_dims_mapping = (
-        hp.repeat_prefix_split_dims_mapping if hp else None)
-    return s
-  return jax.tree.map(one, spec, is_leaf=_is_hp)
-
-
-def vectorize_on_repeat_prefix(
-    tx: Any, var_weight_hparams: Any, sep: str = '#'
-) -> Any:
-  """`tx` applied separately to each layer of stacked variables.
-
-  Variables are grouped by repeat prefix (shape and sharding); the state is
-  `{NO_PREFIX_KEY: ..., 'p#<shape>#<sharding>': ...}` with each group's
-  state made by `tx.init` vmapped over the prefix dimensions. Without any
-  stacked variable, `tx` is returned unchanged.
-
-  Args:
-    tx: An optax (or sharded) gradient transformation.
-    var_weight_hparams: `WeightHParams` of the variables `tx` will see.
-    sep: Separator in the group names.
-
-  Returns:
-    A `ShardedGradientTransformation`.
-  """
-  groups = _groups(var_weight_hparams, sep)
-  if set(groups) <= {NO_PREFIX_KEY}:
-    return tx
-  # Always present, so that a vectorized state is recognisable.
-  groups.setdefault(NO_PREFIX_KEY, None)
-
-  def depth(key: str) -> int:
-    return len(groups[key].repeat_prefix or ()) if groups[key] else 0
-
-  def init(params):
-    return {k: _vmap_n(tx.init, depth(k))(
-        _select(params, var_weight_hparams, k, sep)) for k in groups}
-
-  def update(updates, state, params=None):
-    new_updates, new_state = {}, {}
-    for k in groups:
-      group_params = None
-      if params is not None:
-        group_params = _select(params, var_weight_hparams, k, sep)
-      new_updates[k], new_state[k] = _vmap_n(tx.update, depth(k))(
-          _select(updates, var_weight_hparams, k, sep), state[k],
-          group_params)
-    merged = jax.tree.map(
-        lambda hp, *per_group: per_group[list(groups).index(
-            _prefix_key(hp, sep))],
-        var_weight_hparams, *[new_updates[k] for k in groups],
-        is_leaf=_is_hp)
-    return merged, new_state
-
-  def init_partition_spec(hps):
-    specs = {}
-    for k, hp in groups.items():
-      group = _set_prefix(_select(hps, hps, k, sep), None)
-      spec_fn = getattr(tx, 'init_partition_spec', None)
-      if spec_fn is None:
-        spec = optimizers.partition_params(tx, group)
-      else:
-        spec = spec_fn(group)
-      specs[k] = _set_prefix(spec, hp if k != NO_PREFIX_KEY else None)
-    return specs
-
-  return optimizers.ShardedGradientTransformation(
-      init=init, update=update, init_partition_spec=init_partition_spec)
-
-
-# ----------------------------------------------------------------------------
 # Learners.
 # ----------------------------------------------------------------------------
+
+
+def _var_init_scale(hp: WeightHParams, name: str) -> float:
+  """The standard deviation a variable was initialized with (Pax's rule)."""
+  if len(hp.shape) <= 1:
+    return 1.0
+  init = hp.init
+  if init is None or init.method not in (
+      'gaussian', 'gaussian_sqrt_fanin', 'xavier'):
+    raise ValueError(
+        f'scale_update_by_var_norm: variable {name!r} has init '
+        f"{getattr(init, 'method', None)!r}; only 'gaussian', "
+        "'gaussian_sqrt_fanin' and 'xavier' inits have a known scale.")
+  if init.method == 'gaussian':
+    return init.scale
+  fan_in, fan_out = base_layer.get_fan_in_fan_out(
+      hp.shape, hp.fan_in_axes, hp.fan_out_axes)
+  if init.method == 'gaussian_sqrt_fanin':
+    return init.scale / math.sqrt(fan_in)
+  return init.scale * math.sqrt(6.0 / (fan_in + fan_out))
 
 
 def _keep_if_valid(valid: jax.Array, new: Any, old: Any) -> Any:
@@ -226,7 +120,8 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
     check_valid_step: Skip steps with a non-finite gradient norm (or one
       above skip_step_gradient_norm_value).
     vectorize_on_repeat_prefix: Optimize stacked variables layer by layer.
-    force_repeat_prefix_structure: Accepted for Pax compatibility (ignored).
+    force_repeat_prefix_structure: Keep the state grouped by repeat prefix
+      even without stacked variables (old checkpoints).
     skip_step_gradient_norm_value: If > 0, skip steps whose gradient norm
       is at least this.
     enable_skip_step_on_gradient_anomalies: Actually skip invalid steps
@@ -238,7 +133,9 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
     repeat_prefix_sep: Separator in the names of stacked-variable groups.
     keep_optimizer_state_for_excluded_vars: Keep optimizer states (and
       gradients) for variables excluded by regex.
-    scale_update_by_var_norm: Not supported; must stay False.
+    scale_update_by_var_norm: Multiply each update by its variable's init
+      scale (1 for rank <= 1; 'gaussian', 'gaussian_sqrt_fanin' and 'xavier'
+      inits only).
   """
 
   optimizer: optimizers.Optimizer | None = None
@@ -269,9 +166,10 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
     if self.bprop_variable_exclusion and self.bprop_variable_inclusion:
       raise ValueError(f'{name}: set bprop_variable_exclusion or '
                        'bprop_variable_inclusion, not both.')
-    if self.scale_update_by_var_norm:
-      raise NotImplementedError(
-          f'{name}: scale_update_by_var_norm is not supported.')
+    if self.force_repeat_prefix_structure and not (
+        self.vectorize_on_repeat_prefix):
+      raise ValueError(f'{name}: force_repeat_prefix_structure needs '
+                       'vectorize_on_repeat_prefix=True.')
 
   def plot_learning_rate(self, step: jax.Array) -> None:
     """Summarizes the learning rate at `step` (`lr`, `learning/lr`)."""
@@ -281,11 +179,16 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
 
   def get_grad_tx(self, var_weight_hparams: Any) -> Any:
     """The optimizer's transformation for these variables."""
-    tx = self.optimizer.get_grad_transformation(var_weight_hparams)
+    return self._vectorized(
+        self.optimizer.get_grad_transformation(var_weight_hparams),
+        var_weight_hparams)
+
+  def _vectorized(self, tx: Any, var_weight_hparams: Any) -> Any:
     if not self.vectorize_on_repeat_prefix:
       return tx
-    return vectorize_on_repeat_prefix(tx, var_weight_hparams,
-                                      self.repeat_prefix_sep)
+    return opt_vec.get_transformations_with_vectorized_repeat_prefix(
+        tx, var_weight_hparams, self.repeat_prefix_sep,
+        self.force_repeat_prefix_structure)
 
   def _is_valid_step(self, raw_grads: Any, raw_grad_norm: jax.Array):
     valid = jnp.array(True)
@@ -388,12 +291,18 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
     if self.var_norm_summary:
       _summary('learning/var_norm', _global_norm(old_vars))
 
-    def one(old, update, hp):
+    def one(old, update, hp, name):
       if base_layer.var_not_trainable(hp):
         return old
+      if base_layer.var_overwrite_with_gradient(hp):
+        return update
+      if self.scale_update_by_var_norm:
+        update = update * _var_init_scale(hp, name)
       return (old + update).astype(old.dtype)
 
-    return jax.tree.map(one, old_vars, transformed_grads, var_weight_hparams)
+    names = trees.to_path_tree(old_vars)
+    return jax.tree.map(one, old_vars, transformed_grads, var_weight_hparams,
+                        names)
 
 
 class MultiOptimizerLearner(Learner):
@@ -425,13 +334,13 @@ class MultiOptimizerLearner(Learner):
           'auxiliary_regex and auxiliary_names must have the same length, '
           f'got {n}, {len(self.auxiliary_regex)} and '
           f'{len(self.auxiliary_names)}.')
-    self._aux_optimizers = [
+    self._auxiliary_optimizer_insts = [
         o if not isinstance(o, pax_fiddle.Config) else instantiate(o)
         for o in self.auxiliary_optimizers]
 
   def plot_learning_rate(self, step: jax.Array) -> None:
     _summary('learning/lr_main', self.optimizer.get_learning_rate(step))
-    for name, opt in zip(self.auxiliary_names, self._aux_optimizers):
+    for name, opt in zip(self.auxiliary_names, self._auxiliary_optimizer_insts):
       _summary(f'learning/lr_{name}', opt.get_learning_rate(step))
 
   def get_masks(self, var_weight_hparams: Any) -> tuple[list[Any], Any]:
@@ -455,15 +364,12 @@ class MultiOptimizerLearner(Learner):
     if self.optimizer.ema_decay > 0.0:
       chain.append(optimizers.apply_ema_weights(self.optimizer.ema_decay))
     pairs = [(self.optimizer, main_mask)] + list(
-        zip(self._aux_optimizers, masks))
+        zip(self._auxiliary_optimizer_insts, masks))
     for opt, mask in pairs:
       tx = opt.get_grad_transformation(var_weight_hparams, include_ema=False)
       chain.append(optimizers.sharded_masked(tx, mask))
-    tx = optimizers.sharded_chain(*chain)
-    if not self.vectorize_on_repeat_prefix:
-      return tx
-    return vectorize_on_repeat_prefix(tx, var_weight_hparams,
-                                      self.repeat_prefix_sep)
+    return self._vectorized(optimizers.sharded_chain(*chain),
+                            var_weight_hparams)
 
   def update_states(self, grads, states, old_vars, var_weight_hparams):
     if not self.apply_separate_scaling:
@@ -471,7 +377,7 @@ class MultiOptimizerLearner(Learner):
     masks, main_mask = self.get_masks(var_weight_hparams)
     total, valid = self._scale_masked(grads, main_mask, self.optimizer, 'main')
     for name, mask, opt in zip(self.auxiliary_names, masks,
-                               self._aux_optimizers):
+                               self._auxiliary_optimizer_insts):
       scaled, ok = self._scale_masked(grads, mask, opt, name)
       total = jax.tree.map(jnp.add, total, scaled)
       valid &= ok

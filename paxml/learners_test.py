@@ -179,6 +179,43 @@ class RepeatPrefixTest(test_utils.TestCase):
       self.assertEqual(tuple(spec.full_shape), leaf.shape)
 
 
+class ApplyGradientTest(test_utils.TestCase):
+
+  def test_scale_update_by_var_norm_and_overwrite(self):
+    learner = _learner(_sgd(1.0), scale_update_by_var_norm=True)
+    overwrite = base_layer.WeightHParamsCollection.OVERWRITE_WITH_GRADIENT
+    hps = {
+        'g': WeightHParams([2, 2], init=base_layer.WeightInit.Gaussian(0.5)),
+        'f': WeightHParams(
+            [4, 2], init=base_layer.WeightInit.GaussianSqrtFanIn(2.0)),
+        'x': WeightHParams(
+            [4, 2], init=base_layer.WeightInit.Xavier(1.0)),
+        'b': WeightHParams([3]),
+        'o': WeightHParams([2], collections=[overwrite]),
+    }
+    old = {k: np.ones(hp.shape, np.float32) for k, hp in hps.items()}
+    upd = {k: np.full(hp.shape, 2.0, np.float32) for k, hp in hps.items()}
+    with _context():
+      new = learner.apply_gradient(old, upd, hps)
+    # Init scales: 0.5; 2 / sqrt(fan_in 4); sqrt(6 / (4 + 2)); rank 1: 1.
+    for k, scale in (('g', 0.5), ('f', 1.0), ('x', 1.0), ('b', 1.0)):
+      self.assertAllClose(new[k], 1.0 + 2.0 * scale * np.ones(hps[k].shape))
+    self.assertAllClose(new['o'], upd['o'])
+    with self.assertRaisesRegex(ValueError, "'c'.*uniform"):
+      learner.apply_gradient(
+          {'c': old['g']}, {'c': upd['g']},
+          {'c': WeightHParams([2, 2], init=base_layer.WeightInit.Uniform(1))})
+
+  def test_force_repeat_prefix_structure(self):
+    with self.assertRaisesRegex(ValueError, 'vectorize_on_repeat_prefix'):
+      _learner(_sgd(0.1), force_repeat_prefix_structure=True,
+               vectorize_on_repeat_prefix=False)
+    learner = _learner(_sgd(0.1), force_repeat_prefix_structure=True)
+    hps = {'w': WeightHParams(shape=[2])}
+    state = learner.get_grad_tx(hps).init({'w': np.zeros(2, np.float32)})
+    self.assertEqual(set(state), {learners.NO_PREFIX_KEY})
+
+
 class MultiOptimizerLearnerTest(test_utils.TestCase):
 
   def test_auxiliary_optimizer_takes_matching_variables(self):

@@ -2,9 +2,9 @@
 
 Public names:
   ShardedGradientTransformation, GeneralGradientTransformation, Optimizer,
-  partition_params, sharded_chain, sharded_masked, sharded_sgd,
-  sharded_adagrad, sharded_adam, sharded_lion, sharded_adafactor,
-  sharded_static_accumulation, apply_lp_regularizer,
+  partition_params, partition_spec_like_state, sharded_chain, sharded_masked,
+  sharded_sgd, sharded_adagrad, sharded_adam, sharded_lion,
+  sharded_adafactor, sharded_static_accumulation, apply_lp_regularizer,
   apply_decoupled_weight_decay, apply_ewc_regularization, apply_ema_weights,
   extract_ema, adafactor_decay_rate_adam, adafactor_decay_rate_pow,
   reduce_mean, reduce_rms, BaseOptimizer, OptaxOptimizer, Sgd, ShardedSgd,
@@ -13,21 +13,30 @@ Public names:
 
 Every optimizer is an `optax.chain` of optax transforms. An optimizer object
 (`BaseOptimizer` and subclasses) is configured with `pax_fiddle.Config` and
-turned into one transformation by `get_grad_transformation()`:
+turned into one transformation by `get_grad_transformation()`, whose state
+is Pax's tuple:
 
-  clip (global norm or per variable) -> L1 / L2 -> the optimizer's own
-  transformation, scaled by `learning_rate * lr_schedule.value_at(count)`
-  -> decoupled weight decay -> EWC -> EMA of the weights.
+  (L1, L2, the optimizer's own transformation scaled by
+  `learning_rate * lr_schedule.value_at(count)`, decoupled weight decay)
+  then EWC and the EMA of the weights if enabled.
+
+L1, L2 and the decay are always there (a `NestedMap(count=...)` state), so
+the layout does not depend on the weights. Gradient clipping
+(`clip_gradient_norm_to_value`, ...) is applied by the learner
+(`paxml.learners.Learner.scale_gradients`), as in Pax.
 
 Sharding: the `init_partition_spec(var_weight_hparams)` of a
 `ShardedGradientTransformation` maps the `WeightHParams` of the trainable
-variables to a tree shaped like the optimizer state whose leaves are
-`WeightHParams` (as in Pax). A state leaf that mirrors a variable gets the
-variable's sharding; a factored statistic with one axis fewer keeps the
-sharding of the remaining axes; the rest (step counts, ...) is replicated.
-`base_layer.var_partition_specs(specs, mesh_shape, mesh_axis_names)` gives the
-`PartitionSpec`s. The specs are derived from `jax.eval_shape(tx.init, ...)`
-(see `partition_params`), so any optax transformation can be sharded.
+variables to a tree of `WeightHParams` with Pax's layout (a chain's specs
+wrapped in `optax.MaskedState`); `partition_spec_like_state(tx, ...)` gives
+them in the exact structure of the state. A state leaf that mirrors a
+variable gets the variable's sharding; a factored statistic with one axis
+fewer keeps the sharding of the remaining axes; the rest (step counts, ...)
+is replicated. `base_layer.var_partition_specs(specs, mesh_shape,
+mesh_axis_names)` gives the `PartitionSpec`s. The specs are derived from
+`jax.eval_shape(tx.init, ...)` (see `partition_params`), so any optax
+transformation can be sharded. The machinery lives in the private sibling
+`_optimizer_transforms`.
 
 Example:
 
@@ -41,18 +50,16 @@ Example:
 Not provided: DistributedShampoo / ShardedDistributedShampoo (they need
 `optax_shampoo`), HeroLion, `to_quantized` / `to_float`.
 
-Past STYLE.md's 800 lines: this one public path holds all of Pax's optimizer
-module (3,000 lines upstream); a third of it documents upstream fields.
+Past STYLE.md's 800 lines: this public path holds Pax's configurable
+optimizers (3,000 lines upstream); a third of it documents upstream fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 import dataclasses
-import functools
 import re
 from typing import Any
-from typing import NamedTuple
 from typing import Protocol
 from typing import runtime_checkable
 
@@ -62,6 +69,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from praxis import _optimizer_transforms
 from praxis import base_hyperparams
 from praxis import base_layer
 from praxis import pax_fiddle
@@ -78,376 +86,25 @@ Schedule = Callable[[Any], Any]  # An optax schedule: step -> value.
 
 instantiate = base_hyperparams.instantiate
 
-
-class ShardedGradientTransformation(NamedTuple):
-  """An optax transformation that also says how to shard its state.
-
-  Attributes:
-    init: As in `optax.GradientTransformation`.
-    update: As in `optax.GradientTransformation`.
-    init_partition_spec: Maps the variables' `WeightHParams` tree to a tree of
-      the state's structure with `WeightHParams` leaves (see module doc).
-  """
-
-  init: optax.TransformInitFn
-  update: optax.TransformUpdateFn
-  init_partition_spec: InitPartitionSpecFn
-
-
+# Re-exports: the sharded-transformation machinery.
+ShardedGradientTransformation = (
+    _optimizer_transforms.ShardedGradientTransformation)
 GeneralGradientTransformation = (
-    optax.GradientTransformation | ShardedGradientTransformation
-)
-
-
-# --- Sharding of optimizer states ---
-
-
-def _is_weight_hparams(x: Any) -> bool:
-  return isinstance(x, WeightHParams)
-
-
-def _is_masked(x: Any) -> bool:
-  return isinstance(x, optax.MaskedNode)
-
-
-def _is_array_leaf(node: Any) -> bool:
-  leaves = jax.tree.leaves(node)
-  return len(leaves) == 1 and leaves[0] is node
-
-
-def _children(node: Any) -> tuple[list[Any], Any]:
-  """The direct children of a pytree node, and how to rebuild it."""
-  return jax.tree.flatten(node, is_leaf=lambda x: x is not node)
-
-
-def _abstract_params(var_weight_hparams: NestedWeightHParams) -> Any:
-  return jax.tree.map(
-      lambda hp: jax.ShapeDtypeStruct(
-          tuple(hp.full_shape), hp.dtype or jnp.float32
-      ),
-      var_weight_hparams,
-      is_leaf=_is_weight_hparams,
-  )
-
-
-def _spec(shape, dtype, mapping, mesh_shape) -> WeightHParams:
-  return WeightHParams(shape=list(shape), dtype=dtype, mesh_shape=mesh_shape,
-                       tensor_split_dims_mapping=tuple(mapping))
-
-
-def _state_leaf_spec(leaf: Any, hp: WeightHParams) -> Any:
-  """The sharding of a state leaf kept for the variable declared by `hp`."""
-  if _is_masked(leaf):
-    return leaf
-  shape, full = tuple(leaf.shape), tuple(hp.full_shape)
-  if shape == full:
-    return dataclasses.replace(hp, init=None, dtype=leaf.dtype)
-  mapping = hp.full_split_dims_mapping
-  mapping = tuple(mapping) if mapping else (-1,) * len(full)
-  # A factored statistic: the variable's shape with one axis dropped. Keep the
-  # other axes' sharding if the dropped axis is unambiguous.
-  candidates = []
-  for axis in range(len(full)):
-    kept = mapping[:axis] + mapping[axis + 1:]
-    if full[:axis] + full[axis + 1:] == shape and kept not in candidates:
-      candidates.append(kept)
-  if len(candidates) == 1:
-    return _spec(shape, leaf.dtype, candidates[0], hp.mesh_shape)
-  return _spec(shape, leaf.dtype, (-1,) * len(shape), hp.mesh_shape)
-
-
-def partition_params(
-    grad_tx: Any,
-    var_weight_hparams: NestedWeightHParams,
-    opt_states: Any = None,
-) -> Any:
-  """The sharding (`WeightHParams` leaves) of an optimizer state.
-
-  Every subtree of `opt_states` with the structure of the variables is
-  matched leaf by leaf with `var_weight_hparams` (see module doc); all other
-  leaves are replicated.
-
-  Args:
-    grad_tx: The transformation; its `init` gives the state when `opt_states`
-      is None.
-    var_weight_hparams: `WeightHParams` of the variables.
-    opt_states: The state (arrays or `jax.ShapeDtypeStruct`s), or None.
-
-  Returns:
-    A tree of `opt_states`' structure with `WeightHParams` leaves.
-  """
-  if opt_states is None:
-    opt_states = jax.eval_shape(
-        grad_tx.init, _abstract_params(var_weight_hparams)
-    )
-  params_def = jax.tree.structure(var_weight_hparams)
-  first = jax.tree.leaves(var_weight_hparams)
-  mesh_shape = first[0].mesh_shape if first else None
-
-  def visit(node: Any) -> Any:
-    if jax.tree.structure(node, is_leaf=_is_masked) == params_def:
-      return jax.tree.map(_state_leaf_spec, node, var_weight_hparams,
-                          is_leaf=_is_masked)
-    if _is_array_leaf(node):
-      shape = tuple(getattr(node, 'shape', ()))
-      dtype = getattr(node, 'dtype', None) or jnp.result_type(node)
-      return _spec(shape, dtype, (-1,) * len(shape), mesh_shape)
-    children, treedef = _children(node)
-    return treedef.unflatten([visit(c) for c in children])
-
-  return visit(opt_states)
-
-
-def _partition_spec_fn(tx: Any) -> InitPartitionSpecFn:
-  fn = getattr(tx, 'init_partition_spec', None)
-  return fn if callable(fn) else functools.partial(partition_params, tx)
-
-
-def _sharded(
-    tx: Any, init_partition_spec: InitPartitionSpecFn | None = None
-) -> ShardedGradientTransformation:
-  """`tx` with an `init_partition_spec` (derived from its init by default)."""
-  return ShardedGradientTransformation(
-      init=tx.init, update=tx.update,
-      init_partition_spec=init_partition_spec or _partition_spec_fn(tx),
-  )
-
-
-# --- Combinators ---
-
-
-def sharded_chain(
-    *args: GeneralGradientTransformation,
-) -> ShardedGradientTransformation:
-  """`optax.chain` of (sharded or plain optax) transformations.
-
-  Args:
-    *args: The transformations, applied in order.
-
-  Returns:
-    The chain; its state is the tuple of the states of `args`.
-  """
-  chained = optax.chain(*args)
-
-  def init_partition_spec(var_weight_hparams):
-    return tuple(_partition_spec_fn(t)(var_weight_hparams) for t in args)
-
-  return _sharded(chained, init_partition_spec)
-
-
-def sharded_masked(
-    inner: GeneralGradientTransformation, mask: Any
-) -> ShardedGradientTransformation:
-  """`optax.masked`: transform only the variables where `mask` is True.
-
-  Args:
-    inner: The transformation.
-    mask: A tree of bools shaped like (a prefix of) the variables, or a
-      function of the variables returning one.
-
-  Returns:
-    The masked transformation.
-  """
-  return _sharded(optax.masked(inner, mask))
-
-
-# --- Small transforms ---
-
-
-def _inf_to_nan() -> optax.GradientTransformation:
-  """Turns infinities into NaNs, which later ops (1 / x, ...) cannot hide."""
-  return optax.stateless_with_tree_map(
-      lambda g, _: jnp.where(jnp.isinf(g), jnp.nan, g)
-  )
-
-
-def _clip_by_single_norm(max_norm: float) -> optax.GradientTransformation:
-  """Scales each variable's update down to an L2 norm of at most max_norm."""
-  return optax.stateless_with_tree_map(
-      lambda g, _: g * jnp.minimum(1.0, max_norm / jnp.linalg.norm(g))
-  )
-
-
-def _lp_mask(var_lp_mask: Any, skip_lp_1d_vectors: bool) -> Any:
-  """The mask of the variables to regularise (None: all of them)."""
-  if var_lp_mask is None and not skip_lp_1d_vectors:
-    return None
-
-  def mask(params):
-    base = var_lp_mask
-    if base is None:
-      base = jax.tree.map(lambda _: True, params)
-    if not skip_lp_1d_vectors:
-      return base
-    return jax.tree.map(lambda m, p: bool(m) and len(p.shape) > 1, base,
-                        params)
-
-  return mask
-
-
-def apply_lp_regularizer(
-    var_lp_mask: Any,
-    regularizer_weight: float | None = 0.0,
-    p: float = 2.0,
-    skip_lp_1d_vectors: bool = False,
-) -> ShardedGradientTransformation:
-  """Adds the gradient of an L1 or L2 penalty: g + w * sign(v), g + w * v.
-
-  Args:
-    var_lp_mask: Tree of bools, False for variables to leave alone (those in
-      the SKIP_LP_REGULARIZATION collection), or None.
-    regularizer_weight: The weight w; 0 or None disables the penalty.
-    p: 1 (L1) or 2 (L2, i.e. the gradient of w / 2 * ||v||^2).
-    skip_lp_1d_vectors: Also leave alone variables of rank <= 1.
-
-  Returns:
-    The transformation.
-  """
-  if p not in (1.0, 2.0):
-    raise ValueError(f'apply_lp_regularizer: p must be 1 or 2, got {p}.')
-  if not regularizer_weight:
-    return _sharded(optax.identity())
-  mask = _lp_mask(var_lp_mask, skip_lp_1d_vectors)
-  if p == 2.0:
-    return _sharded(optax.add_decayed_weights(regularizer_weight, mask))
-  l1 = optax.stateless_with_tree_map(
-      lambda g, v: g + regularizer_weight * jnp.sign(v)
-  )
-  return _sharded(l1 if mask is None else optax.masked(l1, mask))
-
-
-def apply_decoupled_weight_decay(
-    learning_rate_fn: Schedule,
-    var_wd_mask: Any,
-    regularizer_weight: float | None = 0.0,
-) -> ShardedGradientTransformation:
-  """Adds -lr(count) * w * v to the update of each variable v (AdamW-style).
-
-  Args:
-    learning_rate_fn: The learning rate schedule.
-    var_wd_mask: Tree of bools, False for variables to leave alone, or None.
-    regularizer_weight: The weight w; 0 or None disables the decay.
-
-  Returns:
-    The transformation.
-  """
-  if not regularizer_weight:
-    return _sharded(optax.identity())
-  return _sharded(optax.add_decayed_weights(
-      lambda count: -regularizer_weight * learning_rate_fn(count), var_wd_mask
-  ))
-
-
-def apply_ewc_regularization(
-    learning_rate_fn: Schedule,
-    ewc_regularizer_weight: float = 0.0,
-    ewc_weight_per_var: Any = None,
-) -> ShardedGradientTransformation:
-  """Elastic weight consolidation: pulls variables to their first values.
-
-  Adds -lr * w * (v - v0) to each update, with w = ewc_regularizer_weight / 2
-  (times `ewc_weight_per_var` if given) and v0 the variables at the first
-  update (https://arxiv.org/abs/1612.00796).
-
-  Args:
-    learning_rate_fn: The learning rate schedule.
-    ewc_regularizer_weight: The weight; <= 0 disables EWC.
-    ewc_weight_per_var: Optional tree of per-variable weights.
-
-  Returns:
-    The transformation.
-  """
-  if ewc_regularizer_weight <= 0.0:
-    return _sharded(optax.identity())
-
-  def init_fn(params):
-    weights = jax.tree.map(
-        lambda v: jnp.asarray(ewc_regularizer_weight / 2, v.dtype), params)
-    if ewc_weight_per_var is not None:
-      weights = jax.tree.map(lambda w, s: (w * s).astype(w.dtype), weights,
-                             ewc_weight_per_var)
-    return NestedMap(count=jnp.zeros([], jnp.int32),
-                     pretrain_vars=jax.tree.map(jnp.copy, params),
-                     var_weights=weights)
-
-  def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError('apply_ewc_regularization needs params in update().')
-    lr = learning_rate_fn(state.count)
-    first = state.count == 0
-    anchor = jax.tree.map(lambda v, v0: jnp.where(first, v, v0), params,
-                          state.pretrain_vars)
-    updates = jax.tree.map(lambda g, v, w, v0: g - lr * w * (v - v0),
-                           updates, params, state.var_weights, anchor)
-    return updates, NestedMap(count=state.count + 1, pretrain_vars=anchor,
-                              var_weights=state.var_weights)
-
-  return _sharded(optax.GradientTransformation(init_fn, update_fn))
-
-
-def apply_ema_weights(decay: float) -> ShardedGradientTransformation:
-  """Keeps an exponential moving average of the variables in the state.
-
-  Unlike `optax.ema` (which averages updates and changes training), this
-  averages the weights and leaves updates alone: at each update
-  ema = d * ema + (1 - d) * v, with d = min(decay, (1 + n) / (10 + n)) after
-  n updates and v the variables before the update. Integer variables are
-  copied. Read the average with `extract_ema(opt_state)`.
-
-  Args:
-    decay: The decay, in (0, 1).
-
-  Returns:
-    The transformation; its state is NestedMap(count=..., ema=...).
-  """
-
-  def init_fn(params):
-    return NestedMap(count=jnp.zeros([], jnp.int32),
-                     ema=jax.tree.map(jnp.copy, params))
-
-  def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError('apply_ema_weights needs params in update().')
-    d = jnp.minimum(decay, (1.0 + state.count) / (10.0 + state.count))
-
-    def average(old, new):
-      if not jnp.issubdtype(old.dtype, jnp.inexact):
-        return new
-      return (d * old + (1.0 - d) * new).astype(old.dtype)
-
-    ema = jax.tree.map(average, state.ema, params)
-    return updates, NestedMap(count=state.count + 1, ema=ema)
-
-  return _sharded(optax.GradientTransformation(init_fn, update_fn))
-
-
-def _find_ema(node: Any) -> Any:
-  if isinstance(node, dict) and set(node) == {'count', 'ema'}:
-    return node['ema']
-  if _is_array_leaf(node):
-    return None
-  for child in _children(node)[0]:
-    found = _find_ema(child)
-    if found is not None:
-      return found
-  return None
-
-
-def extract_ema(opt_state: Any) -> Any:
-  """The moving average of the variables kept by `apply_ema_weights`.
-
-  Args:
-    opt_state: The state of a transformation with EMA (`ema_decay > 0`).
-
-  Returns:
-    The averaged variables.
-  """
-  found = _find_ema(opt_state)
-  if found is None:
-    raise ValueError(
-        'No EMA in the optimizer state: set ema_decay > 0 on the optimizer.'
-    )
-  return found
+    _optimizer_transforms.GeneralGradientTransformation)
+partition_params = _optimizer_transforms.partition_params
+partition_spec_like_state = _optimizer_transforms.partition_spec_like_state
+sharded_chain = _optimizer_transforms.sharded_chain
+sharded_masked = _optimizer_transforms.sharded_masked
+apply_lp_regularizer = _optimizer_transforms.apply_lp_regularizer
+apply_decoupled_weight_decay = (
+    _optimizer_transforms.apply_decoupled_weight_decay)
+apply_ewc_regularization = _optimizer_transforms.apply_ewc_regularization
+apply_ema_weights = _optimizer_transforms.apply_ema_weights
+extract_ema = _optimizer_transforms.extract_ema
+_sharded = _optimizer_transforms._sharded
+_partition_spec_fn = _optimizer_transforms._partition_spec_fn
+_inf_to_nan = _optimizer_transforms._inf_to_nan
+_is_weight_hparams = _optimizer_transforms._is_weight_hparams
 
 
 # --- Optimizer transformations ---
@@ -590,6 +247,33 @@ def _adafactor_weight_decay(
   ]
 
 
+def _adafactor_decay(
+    decay_method: str, decay_adam: float, decay_pow: float
+) -> tuple[float, Callable[[Any, float], Any]]:
+  """(rate, rate function) of the second-moment decay.
+
+  As in Pax, the method is checked when the transformation is built and a
+  non-positive rate when it first updates (building the state and its
+  sharding needs no rate).
+  """
+  if decay_method not in ('adam', 'pow'):
+    raise ValueError(
+        "ShardedAdafactor: decay_method must be 'adam' or 'pow', got "
+        f'{decay_method!r}.')
+  rate = decay_adam if decay_method == 'adam' else decay_pow
+  decay = (adafactor_decay_rate_adam if decay_method == 'adam'
+           else adafactor_decay_rate_pow)
+
+  def decay_fn(step, rate):
+    if rate <= 0:
+      raise ValueError(
+          f'ShardedAdafactor: decay_{decay_method} must be > 0 with '
+          f"decay_method={decay_method!r}, got {rate}.")
+    return decay(rate, step)
+
+  return rate, decay_fn
+
+
 def sharded_adafactor(
     learning_rate_fn: Schedule,
     weight_decay: float | dict[str, float] | None = None,
@@ -629,17 +313,7 @@ def sharded_adafactor(
   if layerwise_adaptation:
     raise NotImplementedError(
         'ShardedAdafactor: layerwise_adaptation=True is not supported.')
-  if decay_method == 'adam' and decay_adam > 0:
-    decay_rate, decay_fn = decay_adam, lambda step, rate: (
-        adafactor_decay_rate_adam(rate, step))
-  elif decay_method == 'pow' and decay_pow > 0:
-    decay_rate, decay_fn = decay_pow, lambda step, rate: (
-        adafactor_decay_rate_pow(rate, step))
-  else:
-    raise ValueError(
-        "ShardedAdafactor: decay_method must be 'adam' (with decay_adam > 0) "
-        f"or 'pow' (with decay_pow > 0); got decay_method={decay_method!r}, "
-        f'decay_adam={decay_adam}, decay_pow={decay_pow}.')
+  decay_rate, decay_fn = _adafactor_decay(decay_method, decay_adam, decay_pow)
   txs = [_inf_to_nan()] if maybe_inf_to_nan else []
   txs.append(optax.scale_by_factored_rms(
       factored=factored, decay_rate=decay_rate,
@@ -799,25 +473,18 @@ class BaseOptimizer(base_hyperparams.FiddleBaseParameterizable):
     )
 
   def _gradient_transformations(self, mask: Any) -> list[Any]:
-    """Clipping and L1/L2, applied to the gradients."""
-    txs = []
-    if self.clip_gradient_norm_to_value:
-      txs.append(optax.clip_by_global_norm(self.clip_gradient_norm_to_value))
-    if self.clip_gradient_single_norm_to_value:
-      txs.append(_clip_by_single_norm(self.clip_gradient_single_norm_to_value))
-    for weight, p in ((self.l1_regularizer_weight, 1.0),
-                      (self.l2_regularizer_weight, 2.0)):
-      if weight:
-        txs.append(apply_lp_regularizer(mask, weight, p,
-                                        self.skip_lp_1d_vectors))
-    return txs
+    """L1 and L2 (Pax's first two chain entries), applied to the gradients.
+
+    Clipping is the learner's (`Learner.scale_gradients`), as in Pax.
+    """
+    return [apply_lp_regularizer(mask, weight, p, self.skip_lp_1d_vectors)
+            for weight, p in ((self.l1_regularizer_weight, 1.0),
+                              (self.l2_regularizer_weight, 2.0))]
 
   def _update_transformations(self, mask: Any, include_ema: bool) -> list[Any]:
     """Decoupled weight decay, EWC and EMA, applied to the updates."""
-    txs = []
-    if self.decoupled_weight_decay:
-      txs.append(apply_decoupled_weight_decay(
-          self.get_learning_rate, mask, self.decoupled_weight_decay))
+    txs = [apply_decoupled_weight_decay(
+        self.get_learning_rate, mask, self.decoupled_weight_decay)]
     if self.ewc_regularizer_weight > 0.0:
       txs.append(apply_ewc_regularization(
           self.get_learning_rate, self.ewc_regularizer_weight,

@@ -254,26 +254,19 @@ class OptimizersTest(test_utils.TestCase):
 
   # ------------------------------------------------- clipping, regularisers
 
-  def test_clip_global_norm(self):
-    grads = [NestedMap(w=3 * g.w, b=3 * g.b) for g in self.grads]
-    got, _, _ = _run(_cfg(optimizers.Sgd, clip_gradient_norm_to_value=2.0),
-                     self.params, grads)
-
-    def want(t, g):
-      norm = math.sqrt(sum(np.sum(np.square(v)) for v in g.values()))
-      return {k: -_lr(t) * g[k] * min(1.0, 2.0 / norm) for k in g}
-
-    self.assertUpdatesClose(got, [want(t, g) for t, g in enumerate(grads)])
-
-  def test_clip_single_norm(self):
-    grads = [NestedMap(w=g.w * 5, b=g.b * 0.1) for g in self.grads]
-    got, _, _ = _run(
-        _cfg(optimizers.Sgd, clip_gradient_single_norm_to_value=1.5),
-        self.params, grads)
-    want = [{k: -_lr(t) * g[k] * min(1.0, 1.5 / np.linalg.norm(g[k]))
-             for k in g} for t, g in enumerate(grads)]
+  def test_pax_chain_layout_and_no_clipping(self):
+    # Pax's state: (L1, L2, the optimizer, decoupled decay), the regularisers
+    # always there with a step count; clipping is the learner's, so a tiny
+    # clip norm leaves the optimizer's updates alone.
+    got, _, state = _run(
+        _cfg(optimizers.Sgd, clip_gradient_norm_to_value=1e-3,
+             decoupled_weight_decay=0.0), self.params, self.grads[:2])
+    self.assertLen(state, 4)
+    for i in (0, 1, 3):
+      self.assertEqual(int(state[i].count), 2)
+    want = [{k: -_lr(t) * np.asarray(g[k]) for k in g}
+            for t, g in enumerate(self.grads[:2])]
     self.assertUpdatesClose(got, want)
-    self.assertLess(np.linalg.norm(grads[0].b), 1.5)  # b is left alone.
 
   @parameterized.named_parameters(
       ('l2', {'l2_regularizer_weight': 0.3}, lambda p: 0.3 * p, False),
@@ -350,7 +343,11 @@ class OptimizersTest(test_utils.TestCase):
     self.assertAllClose(updates.w, 2 * (g1.w + 0.5 * g0.w))
     self.assertAllClose(updates.b, self.grads[1].b)
     hparams = NestedMap(w=WeightHParams([3, 4]), b=WeightHParams([4]))
-    specs = tx.init_partition_spec(hparams)
+    # Pax: a masked transformation's specs are its inner one's.
+    self.assertEqual(
+        jax.tree.structure(tx.init_partition_spec(hparams)),
+        jax.tree.structure(optimizers.partition_params(inner, hparams)))
+    specs = optimizers.partition_spec_like_state(tx, hparams)
     self.assertEqual(jax.tree.structure(specs), jax.tree.structure(state))
 
   # ------------------------------------------------------------ accumulation
@@ -420,8 +417,10 @@ class OptimizersTest(test_utils.TestCase):
     for cfg in cases:
       tx = pax_fiddle.instantiate(cfg).get_grad_transformation(hparams)
       state = tx.init(params)
+      # Pax wraps a chain's specs in MaskedState; the state has no wrapper.
+      self.assertIsInstance(tx.init_partition_spec(hparams), optax.MaskedState)
       pspecs = base_layer.var_partition_specs(
-          tx.init_partition_spec(hparams), mesh_shape, axes)
+          optimizers.partition_spec_like_state(tx, hparams), mesh_shape, axes)
       leaves, treedef = jax.tree_util.tree_flatten_with_path(state)
       self.assertEqual(treedef, jax.tree.structure(pspecs), msg=str(cfg))
       for (path, leaf), pspec in zip(leaves, jax.tree.leaves(pspecs)):
@@ -534,6 +533,15 @@ class OptimizersTest(test_utils.TestCase):
     opt = pax_fiddle.instantiate(pax_fiddle.Config(cls, **fields))
     with self.assertRaisesRegex(Exception, words):
       opt.get_grad_transformation()
+
+  def test_adafactor_decay_rate_checked_at_update(self):
+    # As in Pax: the state and its sharding need no decay rate.
+    opt = pax_fiddle.instantiate(_cfg(optimizers.ShardedAdafactor,
+                                      decay_method='pow'))
+    tx = opt.get_grad_transformation()
+    state = tx.init(self.params)
+    with self.assertRaisesRegex(ValueError, 'decay_pow must be > 0'):
+      tx.update(self.grads[0], state, self.params)
 
 
 if __name__ == '__main__':
