@@ -41,9 +41,12 @@ import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 from paxml import checkpoint_paths
+from paxml import checkpoint_types
 
 # Items `state` (OCDBT TensorStore), `metadata` and optional `train_input`.
 CHECKPOINT_VERSION = 1.2
+
+CheckpointType = checkpoint_types.CheckpointType
 
 _STATE = checkpoint_paths.STATE_ITEM_NAME
 _INPUT = checkpoint_paths.INPUT_ITEM_NAME
