@@ -510,7 +510,12 @@ def is_optax_masked_node(x: Any) -> bool:
 
 
 def get_large_negative_number(dtype: Any) -> JTensor:
-  """Returns `-0.7 * max(dtype)` as a scalar of `dtype` (a safe "-inf")."""
+  """Returns `-0.7 * max(dtype)` as a scalar of `dtype` (a safe "-inf").
+
+  The dtype is canonicalised first: without x64, int64 gives an int32
+  number (0.7 times the int32 maximum).
+  """
+  dtype = jax.dtypes.canonicalize_dtype(dtype)
   if jnp.issubdtype(dtype, jnp.inexact):
     dtype_max = jnp.finfo(dtype).max
   elif jnp.issubdtype(dtype, jnp.integer):

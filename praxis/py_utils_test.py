@@ -349,6 +349,10 @@ class SequenceHelpersTest(parameterized.TestCase):
     self.assertEqual(float(f32), float(expected))
     i32 = py_utils.get_large_negative_number(jnp.int32)
     self.assertEqual(int(i32), int(-0.7 * np.iinfo(np.int32).max))
+    # Without x64, int64 is int32 and the number fits it.
+    i64 = py_utils.get_large_negative_number(jnp.int64)
+    self.assertEqual(i64.dtype, jnp.int32)
+    self.assertEqual(int(i64), int(-0.7 * np.iinfo(np.int32).max))
     with self.assertRaises(ValueError):
       py_utils.get_large_negative_number(jnp.bool_)
     logits = jnp.array([1.0, 2.0, 3.0])
