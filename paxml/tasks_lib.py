@@ -113,6 +113,7 @@ def get_excluded_var_mask_for_grad_or_opt(
     var_weight_hparams: Any,
     learner: learners_lib.Learner,
     mask_all_non_trainable: bool,
+    mask_all_overwrite_with_gradient: bool = False,
 ) -> Any:
   """True for each variable the learner leaves alone.
 
@@ -121,25 +122,27 @@ def get_excluded_var_mask_for_grad_or_opt(
     learner: Its `bprop_variable_exclusion` / `_inclusion` regexes (full
       match on the variable path) select variables.
     mask_all_non_trainable: Also exclude all non-trainable variables.
+    mask_all_overwrite_with_gradient: Also exclude the variables that take
+      their gradient as new value (`OVERWRITE_WITH_GRADIENT` collection).
 
   Returns:
     A tree of bools shaped like `var_weight_hparams`.
   """
-  if learner.keep_optimizer_state_for_excluded_vars:
-    excluded = jax.tree.map(lambda _: False, var_weight_hparams,
-                            is_leaf=_is_hp)
-  elif learner.bprop_variable_inclusion:
+  if learner.bprop_variable_inclusion:
     included = py_utils.match_variable_names(
         var_weight_hparams, learner.bprop_variable_inclusion)
     excluded = jax.tree.map(lambda x: not x, included)
   else:
     excluded = py_utils.match_variable_names(
         var_weight_hparams, learner.bprop_variable_exclusion)
-  if not mask_all_non_trainable:
-    return excluded
-  return jax.tree.map(
-      lambda hp, e: bool(e or base_layer.var_not_trainable(hp)),
-      var_weight_hparams, excluded, is_leaf=_is_hp)
+
+  def mask(hp, e):
+    return bool(
+        e or (mask_all_non_trainable and base_layer.var_not_trainable(hp))
+        or (mask_all_overwrite_with_gradient
+            and base_layer.var_overwrite_with_gradient(hp)))
+
+  return jax.tree.map(mask, var_weight_hparams, excluded, is_leaf=_is_hp)
 
 
 def get_excluded_var_mask_for_grad(
@@ -153,15 +156,30 @@ def get_excluded_var_mask_for_grad(
 def get_excluded_var_mask_for_opt(
     var_weight_hparams: Any, learner: learners_lib.Learner
 ) -> Any:
-  """Variables without optimizer state (non-trainable ones keep an EMA)."""
+  """Variables without optimizer state.
+
+  The excluded ones, those overwritten with their gradient, and the
+  non-trainable ones unless the optimizer keeps an EMA; none with
+  `keep_optimizer_state_for_excluded_vars`.
+
+  Args:
+    var_weight_hparams: `WeightHParams` of all variables.
+    learner: The learner.
+
+  Returns:
+    A tree of bools shaped like `var_weight_hparams`.
+  """
+  if learner.keep_optimizer_state_for_excluded_vars:
+    return jax.tree.map(lambda _: False, var_weight_hparams, is_leaf=_is_hp)
   return get_excluded_var_mask_for_grad_or_opt(
-      var_weight_hparams, learner, learner.optimizer.ema_decay == 0.0)
+      var_weight_hparams, learner, learner.optimizer.ema_decay == 0.0, True)
 
 
 def filter_vars_for_grad_or_opt(mdl_vars: Any, excluded: Any) -> Any:
   """`mdl_vars` with each excluded variable replaced by BpropMaskedNode."""
   return jax.tree.map(
-      lambda v, e: py_utils.BpropMaskedNode() if e else v, mdl_vars, excluded)
+      lambda v, e: py_utils.BpropMaskedNode() if e else v, mdl_vars, excluded,
+      is_leaf=py_utils.is_bprop_masked_node)
 
 
 # ----------------------------------------------------------------------------

@@ -163,6 +163,19 @@ class TrainStateTest(test_utils.TestCase):
     eval_state = state.to_eval_state()
     self.assertEqual(eval_state.opt_states, [])
 
+  def test_kept_optimizer_state_does_not_make_excluded_vars_trainable(self):
+    task_p = _task_p()
+    task_p.train.learner.bprop_variable_exclusion = ['params/b']
+    task_p.train.learner.keep_optimizer_state_for_excluded_vars = True
+    task = instantiate(task_p)
+    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    grad_mask, opt_mask = trainer_lib.get_excluded_var_masks(
+        hps, task.learners[0])
+    self.assertEqual(grad_mask, {'params': {'w': False, 'b': True},
+                                 'non_trainable': {'count': True}})
+    self.assertEqual(opt_mask, {'params': {'w': False, 'b': False},
+                                'non_trainable': {'count': False}})
+
   def test_ema_covers_non_trainable_vars_and_is_extracted(self):
     task_p = _task_p()
     task_p.train.learner.optimizer.ema_decay = 0.5

@@ -436,6 +436,10 @@ def _compute_grads(loss_fn, learner, mdl_vars, inputs, prng_key,
   return values, grads
 
 
+def _is_weight_hparams(x: Any) -> bool:
+  return isinstance(x, base_layer.WeightHParams)
+
+
 def _learner_update(learner, states, grads, fwd_updated, var_weight_hparams,
                     excluded_for_grad, excluded_for_opt):
   """(new variables, new optimizer state) after the learner's update."""
@@ -448,9 +452,16 @@ def _learner_update(learner, states, grads, fwd_updated, var_weight_hparams,
   vars_opt = tasks_lib.filter_vars_for_grad_or_opt(mdl_vars, excluded_for_opt)
   hps_opt = tasks_lib.filter_vars_for_grad_or_opt(var_weight_hparams,
                                                   excluded_for_opt)
+  # Variables overwritten with their gradient have no optimizer state: the
+  # optimizer sees the others' gradients only.
   updates, new_opt_state = learner.update_states(
-      grads, states.opt_states[0], vars_opt, hps_opt)
+      tasks_lib.filter_vars_for_grad_or_opt(grads, excluded_for_opt),
+      states.opt_states[0], vars_opt, hps_opt)
   vars_opt = learner.apply_gradient(vars_opt, updates, hps_opt)
+  vars_opt = jax.tree.map(
+      lambda hp, g, v: g.astype(hp.dtype or g.dtype)
+      if base_layer.var_overwrite_with_gradient(hp) else v,
+      var_weight_hparams, grads, vars_opt, is_leaf=_is_weight_hparams)
   mdl_vars = jax.tree.map(lambda e, old, new: old if e else new,
                           excluded_for_grad, mdl_vars, vars_opt)
   # Variables excluded by the learner's regexes stay as they were, even

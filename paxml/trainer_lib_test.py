@@ -380,6 +380,50 @@ class _FakeModel:
     return {'layer': {'dims': shapes['x'].shape[-1], 'do_eval': do_eval}}
 
 
+class ScaledByOwg(base_model.BaseModel):
+  """loss = sum(x @ w) + x[0, 0] * g * n; g overwritten with its gradient."""
+
+  def setup(self):
+    self.create_variable('w', WeightHParams(shape=[3, 2]))
+    self.create_variable('g', WeightHParams(
+        shape=[1], init=WeightInit.Constant(0.0), collections=[
+            base_layer.WeightHParamsCollection.OVERWRITE_WITH_GRADIENT]))
+
+  def compute_predictions(self, input_batch):
+    return input_batch.x @ self.theta.w + input_batch.x[0, 0] * self.theta.g
+
+  def compute_loss(self, predictions, input_batch):
+    return {'loss': (jnp.sum(predictions), jnp.array(1.0))}, NestedMap()
+
+
+class OverwriteWithGradientTest(test_utils.TestCase):
+
+  def test_variable_takes_its_gradient_and_has_no_optimizer_state(self):
+    task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='owg')
+    task_p.model = pax_fiddle.Config(ScaledByOwg, name='model')
+    task_p.train.learner.loss_name = 'loss'
+    task_p.train.learner.optimizer = pax_fiddle.Config(
+        optimizers.Adam, learning_rate=0.5)
+    task = base_hyperparams.instantiate(task_p)
+    x = self.rng.normal(size=(4, 3)).astype(np.float32)
+    batch = NestedMap(x=x)
+    state, _ = trainer_lib.initialize_model_state(
+        task, jax.random.PRNGKey(0), batch)
+    adam = _find(state.opt_states, optax.ScaleByAdamState)[0]
+    self.assertIsInstance(adam.mu['params']['g'], py_utils.BpropMaskedNode)
+    w0 = np.asarray(state.mdl_vars['params']['w'])
+    for _ in range(2):
+      state, _ = trainer_lib.train_step_single_learner(
+          task, state, jax.random.PRNGKey(1), batch)
+      # d loss / d g = x[0, 0] * (batch * outputs), whatever g was.
+      self.assertAllClose(state.mdl_vars['params']['g'],
+                          [x[0, 0] * 4 * 2], rtol=1e-5)
+    # w still moves with Adam: about lr per step, against its gradient.
+    grad_sign = np.sign(x.sum(0))[:, None] * np.ones((1, 2))
+    self.assertAllClose(np.asarray(state.mdl_vars['params']['w']) - w0,
+                        -2 * 0.5 * grad_sign, atol=1e-3)
+
+
 class SetupHelpersTest(test_utils.TestCase):
 
   def _task(self):
