@@ -8,6 +8,11 @@ package segment, so `tasks.lm.params.lm_cloud.LmCloudSpmd2B`,
 `lm.lm_cloud.LmCloudSpmd2B` and `LmCloudSpmd2B` all name the same class when
 unambiguous.
 
+The state lives on `_ExperimentRegistryHelper` as in Pax (`_registry`,
+`_registry_tags`, `_allow_overwrite`), so code that resets
+`_ExperimentRegistryHelper._registry = {}` empties the registry; the
+secondary keys are derived from `_registry` on each lookup.
+
 Example:
 
   @experiment_registry.register
@@ -20,44 +25,20 @@ Example:
 from __future__ import annotations
 
 import difflib
+import importlib
 import sys
-from typing import Any, Sequence
+import traceback
+from typing import Any, Mapping, Sequence
 
-_REGISTRY: dict[str, type[Any]] = {}
-_TAGS: dict[str, tuple[str, ...]] = {}
+
+def _being_reloaded() -> bool:
+  """Whether `importlib.reload` is on the stack (re-running a module)."""
+  return any(frame.name == 'reload' and frame.filename == importlib.__file__
+             for frame in traceback.extract_stack())
 
 
 def _canonical_key(cls: type[Any]) -> str:
   return f'{cls.__module__}.{cls.__name__}'
-
-
-def register(
-    experiment_class: type[Any] | None = None,
-    *,
-    tags: Sequence[str] | None = None,
-    allow_overwrite: bool = False,
-) -> Any:
-  """Registers an experiment class (a decorator, with or without arguments).
-
-  Args:
-    experiment_class: The class.
-    tags: Labels kept with the class (`get_registry_tags`).
-    allow_overwrite: Allow re-registering a key with another class.
-
-  Returns:
-    The class, or a decorator.
-  """
-
-  def decorate(cls: type[Any]) -> type[Any]:
-    key = _canonical_key(cls)
-    if key in _REGISTRY and _REGISTRY[key] is not cls and not allow_overwrite:
-      raise ValueError(f'Experiment {key} is already registered.')
-    _REGISTRY[key] = cls
-    _TAGS[key] = tuple(tags or ())
-    print(f'Registered experiment `{key}`', file=sys.stderr)
-    return cls
-
-  return decorate(experiment_class) if experiment_class else decorate
 
 
 def _aliases(key: str) -> set[str]:
@@ -70,41 +51,98 @@ def _aliases(key: str) -> set[str]:
   return aliases
 
 
-def get(key: str) -> type[Any] | None:
-  """The registered class that `key` names, or None.
+class _ExperimentRegistryHelper:
+  """The global registry: canonical key -> experiment class, and tags."""
 
-  Args:
-    key: A canonical key or an unambiguous dotted suffix of one.
+  _registry: dict[str, type[Any]] = {}
+  _registry_tags: dict[str, list[str]] = {}
+  # Set to True (e.g. in a notebook) to let any re-registration overwrite.
+  _allow_overwrite = False
 
-  Returns:
-    The class, or None if no registered class matches.
+  @classmethod
+  def register(
+      cls,
+      experiment_class: type[Any] | None = None,
+      *,
+      tags: Sequence[str] | None = None,
+      allow_overwrite: bool = False,
+  ) -> Any:
+    """Registers an experiment class (a decorator, with or without arguments).
 
-  Raises:
-    ValueError: if `key` matches several classes.
-  """
-  if key in _REGISTRY:
-    return _REGISTRY[key]
-  matches = {k for k in _REGISTRY if key in _aliases(k)}
-  if len(matches) > 1:
-    raise ValueError(
-        f'Experiment name {key!r} is ambiguous: {", ".join(sorted(matches))}.'
-    )
-  return _REGISTRY[matches.pop()] if matches else None
+    Args:
+      experiment_class: The class.
+      tags: Labels kept with the class (`get_registry_tags`).
+      allow_overwrite: Allow re-registering a key (always allowed while a
+        module is being reloaded with `importlib.reload`).
+
+    Returns:
+      The class, or a decorator when called without one.
+
+    Raises:
+      ValueError: if the canonical key is already registered and overwriting
+        is not allowed.
+    """
+    if experiment_class is None:
+      return lambda c: cls.register(c, tags=tags,
+                                    allow_overwrite=allow_overwrite)
+    key = _canonical_key(experiment_class)
+    preexisting = key in cls._registry
+    overwrite = allow_overwrite or cls._allow_overwrite or _being_reloaded()
+    if preexisting and not overwrite:
+      raise ValueError(f'Experiment already registered: {key}')
+    cls._registry[key] = experiment_class
+    cls._registry_tags[key] = list(tags or ())
+    note = ' (overwritten)' if preexisting else ''
+    # Registration runs at import time, before logging is set up.
+    print(f'Registered experiment `{key}`{note}', file=sys.stderr)
+    return experiment_class
+
+  @classmethod
+  def get(cls, key: str) -> type[Any] | None:
+    """The registered class that `key` names, or None.
+
+    Args:
+      key: A canonical key or an unambiguous dotted suffix of one.
+
+    Returns:
+      The class, or None if no registered class matches.
+
+    Raises:
+      ValueError: if `key` matches several classes.
+    """
+    if key in cls._registry:
+      return cls._registry[key]
+    matches = sorted(k for k in cls._registry if key in _aliases(k))
+    if len(matches) > 1:
+      raise ValueError(
+          f'key={key} does not uniquely identify an experiment (it is '
+          f'ambiguous); possible matches: {", ".join(matches)}')
+    return cls._registry[matches[0]] if matches else None
+
+  @classmethod
+  def get_all(cls) -> Mapping[str, type[Any]]:
+    """Every registered experiment, by canonical key."""
+    return cls._registry
+
+  @classmethod
+  def get_registry_tags(cls, key: str) -> list[str]:
+    """The tags of the experiment `key` names (canonical key or suffix)."""
+    if key in cls._registry_tags:
+      return cls._registry_tags[key]
+    found = cls.get(key)
+    return cls._registry_tags.get(_canonical_key(found), []) if found else []
+
+  @classmethod
+  def closest_names(cls, key: str, n: int = 5) -> list[str]:
+    """Registered keys that look most like `key` (for error messages)."""
+    last = key.rsplit('.', 1)[-1]
+    by_name = {k.rsplit('.', 1)[-1]: k for k in cls._registry}
+    close = difflib.get_close_matches(last, list(by_name), n=n, cutoff=0.5)
+    return [by_name[c] for c in close]
 
 
-def get_all() -> dict[str, type[Any]]:
-  """Every registered experiment, by canonical key."""
-  return dict(_REGISTRY)
-
-
-def get_registry_tags(key: str) -> tuple[str, ...]:
-  cls = get(key)
-  return _TAGS[_canonical_key(cls)] if cls is not None else ()
-
-
-def closest_names(key: str, n: int = 5) -> list[str]:
-  """Registered keys that look most like `key` (for error messages)."""
-  last = key.rsplit('.', 1)[-1]
-  by_name = {k.rsplit('.', 1)[-1]: k for k in _REGISTRY}
-  close = difflib.get_close_matches(last, list(by_name), n=n, cutoff=0.5)
-  return [by_name[c] for c in close]
+register = _ExperimentRegistryHelper.register
+get = _ExperimentRegistryHelper.get
+get_all = _ExperimentRegistryHelper.get_all
+get_registry_tags = _ExperimentRegistryHelper.get_registry_tags
+closest_names = _ExperimentRegistryHelper.closest_names

@@ -32,7 +32,8 @@ class RegistryTest(absltest.TestCase):
     self.assertIs(experiment_registry.get('lm.lm_cloud.Exp'), Exp)
     self.assertIs(experiment_registry.get('lm.params.lm_cloud.Exp'), Exp)
     self.assertEqual(experiment_registry.get_registry_tags('lm_cloud.Exp'),
-                     ('lm',))
+                     ['lm'])
+    self.assertEqual(experiment_registry.get_registry_tags('NoSuchExp'), [])
 
   def test_ambiguous_and_duplicate_names(self):
 
@@ -48,6 +49,10 @@ class RegistryTest(absltest.TestCase):
     self.assertIs(experiment_registry.get('pkg_a.twins.Twin'), first)
     with self.assertRaisesRegex(ValueError, 'already registered'):
       make('pkg_a.twins')
+    second = type('Twin', (synthetic.SyntheticClassifier,), {})
+    second.__module__ = 'pkg_a.twins'
+    experiment_registry.register(allow_overwrite=True)(second)
+    self.assertIs(experiment_registry.get('pkg_a.twins.Twin'), second)
 
   def test_closest_names(self):
     self.assertIn('paxml.tasks.test.synthetic.SyntheticClassifier',

@@ -8,30 +8,46 @@ Example:
 `--exp` is a registered experiment: a path relative to the `paxml` package
 (`tasks.lm.params.lm_cloud.X`), a full module path of your own package
 (`my_project.experiments.X`, imported on demand), or any unambiguous suffix.
-This is the only module that reads flags.
+With `--exp`, `--fdl_set=PATH=VALUE` (also `--fdl.PATH=VALUE` and
+`--fdl=set:PATH=VALUE`) edits the experiment's configs (`task...`,
+`datasets[i]...`). Pax's Fiddle forms work too: `--fdl_config=module.Exp`
+(or `--fdl=config:module.Exp`, `--fdl_config_file=cfg.json`) makes the
+experiment from a function or class, and then `--fdl.ATTR=VALUE` sets the
+experiment's own attributes, `--fiddler=fn` edits it, as in Pax.
+
+Pax's other flags are accepted with Pax's meaning; the few that this runner
+cannot honour (auto-sharding, tuning studies, the `infer` and tf.data-service
+modes, ...) stop the run with one line saying so. This is the only module
+that reads flags.
 """
 
 import importlib
 import os
 import pathlib
+import pprint
 import sys
 
 from absl import app
 from absl import flags
 from absl import logging
-from fiddle import absl_flags as _  # pylint: disable=unused-import
+from fiddle import absl_flags
 import jax
 from paxml import eval_lib
 from paxml import executors
 from paxml import experiment_registry
+from paxml import setup_jax
 from paxml import train
 from praxis import base_hyperparams
+from praxis import pax_fiddle
 
 _EXP = flags.DEFINE_string('exp', None, 'The experiment to run.')
 _JOB_LOG_DIR = flags.DEFINE_string(
     'job_log_dir', None, 'Where checkpoints, summaries and logs go.')
+_MODES = ['train', 'eval', 'decode', 'decode_once']
 _MODE = flags.DEFINE_enum(
-    'mode', 'train', ['train', 'eval', 'decode', 'decode_once'], 'What to run.')
+    'mode', 'train',
+    _MODES + ['infer', 'tf_data_service_dispatcher', 'tf_data_service_worker'],
+    'What to run (the last three are refused: not in this runner).')
 _EVAL_ON_TEST = flags.DEFINE_bool(
     'eval_on_test', False, 'Run the eval programs during training.')
 _DECODE_DURING_TRAIN = flags.DEFINE_bool(
@@ -40,8 +56,9 @@ _EVAL_DURING_DECODE = flags.DEFINE_bool(
     'eval_during_decode', False, 'Also evaluate in decode jobs.')
 _RESTORE_DIR = flags.DEFINE_string(
     'restore_checkpoint_dir', None, 'Checkpoints to read (eval/decode jobs).')
-_RESTORE_STEP = flags.DEFINE_integer(
-    'restore_checkpoint_step', None, 'The checkpoint step to restore.')
+_RESTORE_STEP = flags.DEFINE_multi_integer(
+    'restore_checkpoint_step', None,
+    'The checkpoint step(s) to restore; decode_once decodes each in turn.')
 _SAVE = flags.DEFINE_bool(
     'enable_checkpoint_saving', True, 'Write checkpoints.')
 _SUMMARIES = flags.DEFINE_bool(
@@ -50,48 +67,198 @@ _PROFILER_PORT = flags.DEFINE_integer(
     'jax_profiler_port', None, 'Start the JAX profiler server on this port.')
 flags.DEFINE_bool('pmap_use_tensorstore', False,
                   'Accepted for compatibility: checkpoints always use Orbax.')
-# `--fdl_set=PATH=VALUE` (repeatable) is Fiddle's own flag, defined by
-# `fiddle.absl_flags` (imported above for that).
-_FDL = flags.DEFINE_multi_string(
-    'fdl', [], "Pax's --fdl form: set:PATH=VALUE (same as --fdl_set).")
 _SERVER_ADDR = flags.DEFINE_string(
     'server_addr', None, 'Coordinator address host:port (multi-host).')
 _NUM_HOSTS = flags.DEFINE_integer('num_hosts', None, 'Number of processes.')
 _HOST_IDX = flags.DEFINE_integer('host_idx', None, 'This process index.')
 _MULTIPROCESS_GPU = flags.DEFINE_bool(
     'multiprocess_gpu', False, 'Initialise jax.distributed from the cluster.')
+# JAX settings (see setup_jax).
+_HARDWARE_RNG = flags.DEFINE_bool(
+    'globally_use_hardware_rng', False,
+    "Make 'rbg' (the fast hardware RNG) JAX's default PRNG.")
+_TRACEBACK_FILTERING = flags.DEFINE_string(
+    'jax_traceback_filtering_option', 'auto',
+    "JAX's traceback filtering: off, auto, tracebackhide, remove_frames.")
+_TFDS_DATA_DIR = flags.DEFINE_string(
+    'tfds_data_dir', None, 'TFDS data directory given to seqio.')
+# Checkpointing. Checkpoints are always Orbax, per-array (the persistence
+# kind), OCDBT, written asynchronously, and a restore always checks shapes.
+_ASYNC_CKPT = flags.DEFINE_bool(
+    'jax_fully_async_checkpoint', False,
+    'Pax: write checkpoints asynchronously (here they always are); like '
+    'Pax, True also starts jax.distributed.')
+flags.DEFINE_bool(
+    'maybe_use_persistence_checkpointing', False,
+    'Pax: per-array checkpoints when suitable (here always: Orbax).')
+flags.DEFINE_bool(
+    'tensorstore_use_ocdbt', False,
+    'Pax: save in the OCDBT format (Orbax writes OCDBT; any format restores).')
+flags.DEFINE_bool(
+    'enforce_restore_shape_check', False,
+    'Pax: fail on a checkpoint shape mismatch (here always checked).')
+flags.DEFINE_bool(
+    'exit_after_ondemand_checkpoint', False,
+    'Pax: exit after the checkpoint saved on preemption (here always).')
+flags.DEFINE_integer(
+    'async_timeout_secs', 600,
+    'Timeout of asynchronous saves (only the default is supported).')
+flags.DEFINE_string(
+    'checkpoint_todelete_subdir', None,
+    'Pax: rename old checkpoints into this subdirectory instead of deleting '
+    'them (not supported).')
+flags.DEFINE_bool(
+    'decode_output_pickle', True,
+    'Pax: also write decode outputs as .pickle (here: JSON lines only).')
+flags.DEFINE_bool('enable_auto_sharding', False,
+                  "XLA's auto-SPMD partitioner (not supported).")
+# Tuning (pyglove studies are not supported; the rest matter only with one).
+flags.DEFINE_string('study', None, 'Tuning study name (not supported).')
+flags.DEFINE_enum('controller_mode', 'auto', ['primary', 'secondary', 'auto'],
+                  'Tuning controller role (only with --study).')
+flags.DEFINE_string('tuner_group', None, 'Tuner group (only with --study).')
+flags.DEFINE_enum('metrics_from', 'eval', ['train', 'eval', 'decode'],
+                  'Which job reports tuning metrics (only with --study).')
+flags.DEFINE_integer('num_trials', None, 'Max trials (only with --study).')
+flags.DEFINE_integer('pythia_port', None, 'Pythia port (only with --study).')
+# Pax's Fiddle flag: --fdl=config:F, --fdl=set:PATH=VALUE, --fdl=fiddler:F.
+# The legacy forms (--fdl_config, --fdl_config_file, --fdl_set, --fdl.X=V,
+# --fiddler) are defined by `fiddle.absl_flags`.
+_FDL = flags.DEFINE_multi_string(
+    'fdl', [],
+    'Fiddle commands: config:F (the experiment), set:PATH=VALUE, fiddler:F.')
+
+# Flags Pax accepts that this runner cannot honour: flag -> (the values it
+# can honour, why the others cannot be).
+_UNSUPPORTED = {
+    'mode': (set(_MODES), 'only train, eval, decode and decode_once run here'),
+    'enable_auto_sharding': ({False}, "XLA's auto-sharding is not wired in"),
+    'study': ({None}, 'pyglove tuning studies are not supported'),
+    'checkpoint_todelete_subdir': (
+        {None}, 'old checkpoints are deleted by Orbax, never renamed'),
+    'async_timeout_secs': ({600}, "Orbax's save timeout is not configurable "
+                           'here'),
+}
 
 
 def get_experiment(name: str) -> type:
-  """The experiment class `name` names, importing its module if needed."""
+  """The experiment class `name` names, importing its module if needed.
+
+  Args:
+    name: A registered key (or suffix), or `<module>.<Class>` where `module`
+      is a full module path or a path relative to the `paxml` package.
+
+  Returns:
+    The experiment class.
+
+  Raises:
+    ValueError: if the module cannot be imported or holds no such experiment.
+  """
   cls = experiment_registry.get(name)
   if cls is not None:
     return cls
-  module = name.rsplit('.', 1)[0] if '.' in name else ''
+  module = name.rsplit('.', 1)[0]
+  if not _import_experiment_module(module):
+    raise ValueError(f'Could not find experiment `{name}` because could not '
+                     f'import module `{module}`.')
+  cls = experiment_registry.get(name) or experiment_registry.get(
+      f'paxml.{name}')
+  if cls is not None:
+    return cls
+  close = experiment_registry.closest_names(name)
+  hint = f'\nClosest registered: {", ".join(close)}.' if close else ''
+  raise ValueError(
+      f'Could not find experiment `{name}`.\nRegistered experiments are: '
+      f'{pprint.pformat(dict(experiment_registry.get_all()))}{hint}')
+
+
+def _import_experiment_module(module: str) -> bool:
+  """Imports `paxml.<module>` or else `<module>`; False if neither exists."""
   for candidate in (f'paxml.{module}', module):
-    if not candidate or candidate == 'paxml.':
-      continue
     try:
       importlib.import_module(candidate)
+      return True
     except ModuleNotFoundError as e:
       if not candidate.startswith(str(e.name)):
-        raise
-      continue
-    cls = experiment_registry.get(name)
-    if cls is not None:
-      return cls
-  close = experiment_registry.closest_names(name)
-  hint = f' Closest registered: {", ".join(close)}.' if close else ''
-  raise ValueError(f'Unknown experiment {name!r}.{hint}')
+        raise  # The module exists but one of its own imports is missing.
+  return False
 
 
-def _overrides() -> list[str]:
-  extra = []
+def _check_flags() -> None:
+  """Refuses, in one line, flags set to values this runner cannot honour."""
+  for name, (honoured, why) in _UNSUPPORTED.items():
+    value = flags.FLAGS[name].value
+    if value not in honoured:
+      raise app.UsageError(f'--{name}={value} is not supported: {why}.')
+  if _TFDS_DATA_DIR.value is not None:
+    try:
+      seqio = importlib.import_module('seqio')
+    except ModuleNotFoundError as e:
+      raise app.UsageError('--tfds_data_dir needs seqio, which is not '
+                           'installed.') from e
+    seqio.set_tfds_data_dir_override(_TFDS_DATA_DIR.value)
+
+
+def _fdl_commands() -> tuple[list[str], list[str]]:
+  """Splits --fdl into (config/fiddler commands, set:PATH=VALUE edits)."""
+  commands, edits = [], []
   for item in _FDL.value:
-    if not item.startswith('set:'):
-      raise ValueError(f'--fdl={item}: only the set:PATH=VALUE form is known.')
-    extra.append(item[len('set:'):])
-  return list(flags.FLAGS.fdl_set or []) + extra
+    command = item.split(':', 1)[0]
+    if command == 'set':
+      edits.append(item)
+    elif command in ('config', 'config_file', 'config_str', 'fiddler'):
+      commands.append(item)
+    else:
+      raise app.UsageError(f'--fdl={item}: expected config:, config_file:, '
+                           'config_str:, set: or fiddler:.')
+  return commands, edits
+
+
+def _experiment_from_fiddle_flags() -> tuple[object, str]:
+  """The experiment that Pax's Fiddle flags make, and a name for it."""
+  commands, edits = _fdl_commands()
+  if commands:
+    fdl_flag = absl_flags.FiddleFlag(
+        name='fdl', default=None, parser=flags.ArgumentParser(),
+        serializer=None, help_string='', allow_imports=True)
+    fdl_flag.parse(commands + edits)
+    cfg = fdl_flag.value
+    name = commands[0].split(':', 1)[1]
+  else:
+    cfg = absl_flags.create_buildable_from_flags(module=None,
+                                                 allow_imports=True)
+    name = flags.FLAGS.fdl_config or str(flags.FLAGS.fdl_config_file)
+  return pax_fiddle.build(cfg), name
+
+
+def _load_configs() -> train.ExperimentConfigs:
+  """The experiment's configs, with the command line's edits applied."""
+  if _EXP.value:
+    experiment = get_experiment(_EXP.value)()
+    configs = train.ExperimentConfigs.from_experiment(experiment, _EXP.value)
+    _, edits = _fdl_commands()
+    configs.apply_overrides(list(flags.FLAGS.fdl_set or [])
+                            + [e[len('set:'):] for e in edits])
+    return configs
+  if not (absl_flags.fdl_flags_supplied() or _fdl_commands()[0]):
+    raise app.UsageError('No experiment provided. At least one of --exp, '
+                         '--fdl, --fdl_config, or --fdl_config_file is '
+                         'required.')
+  experiment, name = _experiment_from_fiddle_flags()
+  return train.ExperimentConfigs.from_experiment(experiment, name)
+
+
+def _setup_jax() -> None:
+  """JAX settings, distributed start-up and the profiler, from the flags."""
+  start_distributed = (_ASYNC_CKPT.value or _MULTIPROCESS_GPU.value
+                       or _SERVER_ADDR.value is not None or _cluster_detected())
+  setup_jax.setup_jax(
+      _HARDWARE_RNG.value, None, None, False, _TRACEBACK_FILTERING.value,
+      start_distributed,
+      setup_jax.JaxDistributedOptions(_SERVER_ADDR.value, _NUM_HOSTS.value,
+                                      _HOST_IDX.value))
+  if _PROFILER_PORT.value:
+    jax.profiler.start_server(_PROFILER_PORT.value)
 
 
 def _cluster_detected() -> bool:
@@ -103,31 +270,8 @@ def _cluster_detected() -> bool:
   return ',' in env.get('TPU_WORKER_HOSTNAMES', '')
 
 
-def _maybe_initialize_distributed() -> None:
-  """Starts jax.distributed from the flags, or from a detected cluster."""
-  if _SERVER_ADDR.value is not None:
-    jax.distributed.initialize(coordinator_address=_SERVER_ADDR.value,
-                               num_processes=_NUM_HOSTS.value,
-                               process_id=_HOST_IDX.value)
-  elif _MULTIPROCESS_GPU.value or _cluster_detected():
-    jax.distributed.initialize()  # JAX reads SLURM, TPU, MPI, ... settings.
-
-
-def run(argv) -> None:
-  """Parses the flags into configs and options, and runs the mode."""
-  del argv
-  if not _EXP.value or not _JOB_LOG_DIR.value:
-    raise app.UsageError('--exp and --job_log_dir are required.')
-  _maybe_initialize_distributed()
-  if _PROFILER_PORT.value:
-    jax.profiler.start_server(_PROFILER_PORT.value)
-  try:
-    experiment = get_experiment(_EXP.value)()
-    configs = train.ExperimentConfigs.from_experiment(experiment, _EXP.value)
-    configs.apply_overrides(_overrides())
-  except ValueError as e:
-    _exit_with_error(e)
-  options = executors.RunOptions(
+def _run_options(restore_step: int | None) -> executors.RunOptions:
+  return executors.RunOptions(
       job_log_dir=pathlib.Path(_JOB_LOG_DIR.value),
       mode=_MODE.value,
       eval_on_test=_EVAL_ON_TEST.value,
@@ -135,18 +279,42 @@ def run(argv) -> None:
       eval_during_decode=_EVAL_DURING_DECODE.value,
       restore_checkpoint_dir=(pathlib.Path(_RESTORE_DIR.value)
                               if _RESTORE_DIR.value else None),
-      restore_checkpoint_step=_RESTORE_STEP.value,
+      restore_checkpoint_step=restore_step,
       enable_checkpoint_saving=_SAVE.value,
       enable_summary_writer=_SUMMARIES.value)
+
+
+def run(argv) -> None:
+  """Parses the flags into configs and options, and runs the mode."""
+  if len(argv) > 1:
+    raise app.UsageError(f'Too many command-line arguments: {argv[1:]}.')
+  if not _JOB_LOG_DIR.value:
+    raise app.UsageError('--job_log_dir is required.')
+  _check_flags()
+  _setup_jax()
   try:
-    if options.mode == 'train':
-      train.train_and_evaluate(configs, options)
-    elif options.mode == 'eval':
-      eval_lib.evaluate(configs, options)
-    else:
-      eval_lib.decode(configs, options, once=options.mode == 'decode_once')
+    configs = _load_configs()
+  except ValueError as e:
+    _exit_with_error(e)
+  steps = _RESTORE_STEP.value or [None]
+  if len(steps) > 1 and _MODE.value != 'decode_once':
+    raise app.UsageError('Several --restore_checkpoint_step values need '
+                         '--mode=decode_once.')
+  try:
+    for step in steps:
+      _run_mode(configs, _run_options(step))
   except base_hyperparams.ConfigError as e:  # E.g. an input's file_pattern.
     _exit_with_error(e)
+
+
+def _run_mode(configs: train.ExperimentConfigs,
+              options: executors.RunOptions) -> None:
+  if options.mode == 'train':
+    train.train_and_evaluate(configs, options)
+  elif options.mode == 'eval':
+    eval_lib.evaluate(configs, options)
+  else:
+    eval_lib.decode(configs, options, once=options.mode == 'decode_once')
 
 
 def _exit_with_error(error: Exception) -> None:
@@ -159,7 +327,7 @@ def _exit_with_error(error: Exception) -> None:
 def main() -> None:
   """Console entry point (`paxml`)."""
   logging.set_verbosity(logging.INFO)
-  app.run(run)
+  app.run(run, flags_parser=absl_flags.flags_parser)
 
 
 if __name__ == '__main__':

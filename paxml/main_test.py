@@ -13,17 +13,23 @@ import subprocess
 import sys
 import tempfile
 
+from absl import app
+from absl import flags
 from absl.testing import absltest
+from absl.testing import flagsaver
+from fiddle import absl_flags
 import numpy as np
 from paxml import checkpoint_paths
 from paxml import executors
 from paxml import experiment_registry
+from paxml import main
 from paxml import train
 from paxml.tasks.test import regression
 from tensorboard.backend.event_processing import event_accumulator
 
 _EXP = 'tasks.test.regression.RegressionExperiment'
 _SIGNAL_EXP = 'tasks.test.regression.RegressionSignalExperiment'
+_FULL_EXP = 'paxml.tasks.test.regression.RegressionExperiment'
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -175,6 +181,58 @@ class PreemptionTest(absltest.TestCase):
     self.assertNotIn(40, steps)
 
 
+class FlagsTest(absltest.TestCase):
+  """Pax's flag forms, read in-process (no run)."""
+
+  def setUp(self):
+    super().setUp()
+    if not flags.FLAGS.is_parsed():  # Under pytest rather than absltest.
+      flags.FLAGS.mark_as_parsed()
+
+  def test_fdl_config_makes_the_experiment_and_fdl_set_edits_it(self):
+    with flagsaver.as_parsed(fdl_config=_FULL_EXP,
+                             fdl_set=['NUM_TRAIN_STEPS=7']):
+      configs = main._load_configs()
+    self.assertEqual(configs.task.train.num_train_steps, 7)
+    self.assertEqual(configs.task.train.save_interval_steps, 10)
+
+  def test_fdl_config_command_and_set_command(self):
+    with flagsaver.as_parsed(
+        fdl=[f'config:{_FULL_EXP}', 'set:NUM_TRAIN_STEPS=5']):
+      configs = main._load_configs()
+    self.assertEqual(configs.task.train.num_train_steps, 5)
+
+  def test_fdl_set_with_exp_edits_the_configs(self):
+    with flagsaver.as_parsed(exp=_EXP, fdl=['set:task.train.num_train_steps=3'],
+                             fdl_set=['datasets[0].batch_size=2']):
+      configs = main._load_configs()
+    self.assertEqual(configs.task.train.num_train_steps, 3)
+    self.assertEqual(configs.datasets[0].batch_size, 2)
+
+  def test_fdl_dot_form_is_rewritten_to_fdl_set(self):
+    argv = absl_flags.flags_parser(['prog', '--fdl.NUM_TRAIN_STEPS=9'])
+    self.assertEqual(argv, ['prog'])
+    self.assertEqual(flags.FLAGS.fdl_set, ['NUM_TRAIN_STEPS=9'])
+    flags.FLAGS['fdl_set'].unparse()
+
+  def test_no_experiment_is_a_usage_error(self):
+    with flagsaver.flagsaver(exp=None):
+      with self.assertRaisesRegex(app.UsageError, 'No experiment provided'):
+        main._load_configs()
+
+  def test_flags_that_cannot_be_honoured_are_refused(self):
+    for name, value in (('enable_auto_sharding', True), ('study', 's'),
+                        ('mode', 'infer'), ('async_timeout_secs', 5),
+                        ('checkpoint_todelete_subdir', 'old')):
+      with flagsaver.flagsaver(**{name: value}):
+        with self.assertRaisesRegex(app.UsageError,
+                                    f'--{name}={value} is not supported'):
+          main._check_flags()
+    with flagsaver.flagsaver(num_trials=3, enforce_restore_shape_check=True,
+                             tensorstore_use_ocdbt=True):
+      main._check_flags()  # Accepted: honoured, or meaningful only in a study.
+
+
 class CommandLineErrorsTest(absltest.TestCase):
 
   def test_unknown_experiment_names_the_closest(self):
@@ -182,8 +240,8 @@ class CommandLineErrorsTest(absltest.TestCase):
                        '--job_log_dir=/tmp/unused', check=False)
     self.assertNotEqual(result.returncode, 0)
     error = result.stderr[-2000:]
-    self.assertIn("Unknown experiment 'tasks.test.regression."
-                  "RegresionExperiment'", error)
+    self.assertIn('Could not find experiment `tasks.test.regression.'
+                  'RegresionExperiment`.', error)
     self.assertIn('paxml.tasks.test.regression.RegressionExperiment', error)
 
   def test_bad_fdl_set_field_is_named(self):
