@@ -1,0 +1,1 @@
+"""Experimental experiment-definition APIs (baseline experiments, helpers)."""
