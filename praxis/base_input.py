@@ -214,7 +214,10 @@ class BaseInput(base_hyperparams.FiddleBaseParameterizable,
     if re.fullmatch(_NAME_REGEX, self.name) is None:
       raise self._error('name', f'must fully match {_NAME_REGEX!r}')
     if self._VALIDATE_BATCH_SIZE_NOT_NONE and self.batch_size is None:
-      raise self._error('batch_size', 'must be set (the per-host batch size)')
+      raise self._error(
+          'batch_size', 'must be set: specify self.batch_size, the per-host '
+          'batch size'
+      )
     if self.batch_size is not None and self.batch_size < 1:
       raise self._error('batch_size', 'must be positive')
     if self.num_infeed_hosts < 0:
@@ -361,11 +364,22 @@ class BaseInput(base_hyperparams.FiddleBaseParameterizable,
   # Checkpointing.
 
   def get_state(self) -> bytes:
-    """The serialized position of the input (before any peeked batch)."""
+    """The serialized position of the input (before any peeked batch).
+
+    Raises:
+      NotImplementedError: The input keeps no state.
+      ValueError: A batch was peeked from an input that keeps no state, so
+        the position before it is lost.
+    """
     if self._peek is None:
       return self._get_state_internal()
     if self._state_before_peek is None:
-      raise self._no_state()
+      raise ValueError(
+          f'{type(self).__name__} {self.name!r}: get_state() after '
+          'peek_padded() needs an input with state (_get_state_internal), '
+          'else the peeked batch is lost; use it with '
+          'input_checkpointing_enabled=True only.'
+      )
     return self._state_before_peek
 
   def set_state(self, state: bytes) -> None:
@@ -385,6 +399,22 @@ class BaseInput(base_hyperparams.FiddleBaseParameterizable,
   def _set_state_internal(self, state: bytes) -> None:
     del state
     raise self._no_state()
+
+  def __reduce_ex__(self, protocol: Any) -> Any:
+    """Pickles a stateful input as its config and `get_state()`.
+
+    Unpickling builds the config again and restores the state, so the copy
+    continues where this input is (a peeked batch is read again). An input
+    without state pickles as a plain object.
+
+    Args:
+      protocol: The pickle protocol.
+    """
+    try:
+      state = self.get_state()
+    except NotImplementedError:
+      return super().__reduce_ex__(protocol)
+    return _rebuild_input, (self.hparams.clone(), state)
 
   def save(self, checkpoint_path: epath.PathLike) -> None:
     epath.Path(checkpoint_path).write_bytes(self.get_state())
@@ -439,6 +469,13 @@ class BaseInput(base_hyperparams.FiddleBaseParameterizable,
     if isinstance(pspecs, jax.sharding.PartitionSpec):
       return jax.tree.map(lambda x: make(x, pspecs), arrays)
     return jax.tree.map(make, arrays, pspecs)
+
+
+def _rebuild_input(config: pax_fiddle.Config[BaseInput], state: bytes) -> Any:
+  """Builds `config` and moves it to `state` (unpickles a `BaseInput`)."""
+  inp = instantiate(config)
+  inp.set_state(state)
+  return inp
 
 
 # ----------------------------------------------------------------------------
@@ -702,7 +739,11 @@ class BaseInputSpecsProvider(base_hyperparams.FiddleBaseParameterizable,
 
 
 class DatasetInputSpecsProvider(BaseInputSpecsProvider):
-  """Input specs read off the first batch of an input.
+  """Input specs of an input: its dataset's element spec, or a first batch.
+
+  When the built input's `dataset` has an `element_spec` (a tf.data dataset)
+  whose shapes are all known, the specs come from it; otherwise from the
+  input's first `get_next_padded()` batch.
 
   Attributes:
     input_p: Config of the input to read.
@@ -715,10 +756,42 @@ class DatasetInputSpecsProvider(BaseInputSpecsProvider):
       raise ValueError(
           f'DatasetInputSpecsProvider {self.name!r}: input_p must be set.'
       )
-    batch = instantiate(self.input_p).get_next_padded()
-    self._input_specs = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch
-    )
+    inp = instantiate(self.input_p)
+    self._input_specs = _element_specs(inp.dataset)
+    if self._input_specs is None:
+      logging.warning(
+          'Input specs of %r come from its first batch; an explicit input '
+          'specs provider is cheaper and deterministic.', inp.name)
+      self._input_specs = jax.tree.map(
+          lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+          inp.get_next_padded(),
+      )
 
   def get_input_specs(self) -> NestedShapeDtypeStruct:
     return self._input_specs
+
+
+def _element_specs(dataset: Any) -> NestedShapeDtypeStruct | None:
+  """`dataset.element_spec` as ShapeDtypeStructs; None if absent or partial.
+
+  Duck-typed on tf.data (`TensorSpec.shape.is_fully_defined()`,
+  `dtype.as_numpy_dtype`), so that TensorFlow is not imported here.
+
+  Args:
+    dataset: Any object, usually a `tf.data.Dataset` or None.
+  """
+  spec = getattr(dataset, 'element_spec', None)
+  leaves = jax.tree.leaves(spec)
+  if not leaves:
+    return None
+  for leaf in leaves:
+    fully_defined = getattr(getattr(leaf, 'shape', None), 'is_fully_defined',
+                            None)
+    if fully_defined is None or not fully_defined():
+      return None
+  return jax.tree.map(
+      lambda s: jax.ShapeDtypeStruct(
+          tuple(s.shape), np.dtype(s.dtype.as_numpy_dtype)
+      ),
+      spec,
+  )

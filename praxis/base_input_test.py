@@ -1,6 +1,7 @@
 """Tests of praxis.base_input: the input contract of seed 003."""
 
 import os
+import pickle
 import tempfile
 
 from absl.testing import absltest
@@ -278,7 +279,108 @@ class StateTest(test_utils.TestCase):
       inp.ids_to_strings(np.zeros([1, 2], np.int32), np.ones([1]))
 
 
+class _Stream(base_input.BaseInput):
+  """Batch k holds k; reads a generator, which pickle cannot copy."""
+
+  def __post_init__(self):
+    super().__post_init__()
+    self._set_state_internal(b'0')
+
+  def _batches(self, start):
+    for k in range(start, 1000):
+      yield NestedMap(ids=np.full([self.batch_size], k))
+
+  def get_next(self):
+    self._pos += 1
+    return next(self._it)
+
+  def _get_state_internal(self):
+    return str(self._pos).encode()
+
+  def _set_state_internal(self, state):
+    self._pos = int(state)
+    self._it = self._batches(self._pos)
+
+
+class PickleAndPeekTest(test_utils.TestCase):
+
+  def test_pickled_input_continues_the_stream(self):
+    inp = instantiate(pax_fiddle.Config(_Stream, batch_size=2, name='eval'))
+    self.assertArraysEqual(inp.get_next().ids, np.array([0, 0]))
+    self.assertArraysEqual(inp.get_next().ids, np.array([1, 1]))
+    copy = pickle.loads(pickle.dumps(inp))
+    self.assertEqual((copy.name, copy.batch_size), ('eval', 2))
+    self.assertArraysEqual(copy.get_next().ids, np.array([2, 2]))
+    self.assertArraysEqual(inp.get_next().ids, np.array([2, 2]))
+    # A peeked batch is read again by the copy.
+    self.assertArraysEqual(inp.peek_padded().ids, np.array([3, 3]))
+    copy = pickle.loads(pickle.dumps(inp))
+    self.assertArraysEqual(copy.get_next_padded().ids, np.array([3, 3]))
+    self.assertArraysEqual(copy.get_next_padded().ids, np.array([4, 4]))
+
+  def test_get_state_after_peek_without_state(self):
+
+    class Counter(base_input.BaseInput):
+      count: int = 0
+
+      def get_next(self):
+        self.count += 1
+        return NestedMap(x=np.full([self.batch_size], self.count))
+
+    inp = instantiate(pax_fiddle.Config(Counter, batch_size=2))
+    self.assertArraysEqual(inp.peek_padded().x, np.array([1, 1]))
+    with self.assertRaisesRegex(ValueError, 'get_state.. after peek_padded'):
+      inp.get_state()
+    self.assertArraysEqual(inp.get_next_padded().x, np.array([1, 1]))
+    self.assertArraysEqual(inp.get_next_padded().x, np.array([2, 2]))
+    with self.assertRaisesRegex(NotImplementedError, 'cannot be checkpointed'):
+      inp.get_state()
+
+  def test_batch_size_must_be_set(self):
+    with self.assertRaisesRegex(ValueError, r'specify self\.batch_size'):
+      _make(4)
+
+
+class _FakeShape(tuple):
+  """A tf.TensorShape stand-in."""
+
+  def is_fully_defined(self):
+    return None not in self
+
+
+class _FakeSpec:
+  """A tf.TensorSpec stand-in: `shape` and `dtype.as_numpy_dtype`."""
+
+  def __init__(self, shape, dtype):
+    self.shape = _FakeShape(shape)
+    self.dtype = type('DType', (), {'as_numpy_dtype': dtype})
+
+
+class _WithDataset(base_input.InMemoryInput):
+  """An InMemoryInput whose `dataset` carries a (fake) element spec."""
+
+  spec_shape: tuple[int | None, ...] = (5, 3)
+
+  def __post_init__(self):
+    super().__post_init__()
+    spec = {'ids': _FakeSpec(self.spec_shape, np.int64)}
+    self.dataset = type('Dataset', (), {'element_spec': spec})()
+
+
 class PaddingAndSpecsTest(test_utils.TestCase):
+
+  def test_specs_from_a_dataset_element_spec(self):
+    input_p = _config(8, batch_size=4).set(cls=_WithDataset)
+    provider = instantiate(pax_fiddle.Config(
+        base_input.DatasetInputSpecsProvider, input_p=input_p))
+    self.assertEqual(provider.get_input_specs(),
+                     {'ids': jax.ShapeDtypeStruct((5, 3), np.int64)})
+    # A partly unknown shape: the first batch is read instead.
+    provider = instantiate(pax_fiddle.Config(
+        base_input.DatasetInputSpecsProvider,
+        input_p=input_p.clone().set(spec_shape=(None, 3))))
+    self.assertEqual(provider.get_input_specs().ids,
+                     jax.ShapeDtypeStruct((4,), np.int32))
 
   def test_get_next_padded(self):
     inp = _make(6, batch_size=2, batch_padding_size=1)
