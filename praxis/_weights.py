@@ -22,6 +22,7 @@ from flax import struct
 from flax.core import meta
 import jax
 import jax.numpy as jnp
+from praxis import pax_fiddle
 from praxis import pytypes
 
 JTensor = pytypes.JTensor
@@ -113,14 +114,28 @@ class WeightInit:
     return WeightInit('delta_orthogonal', scale)
 
 
+_DEFAULT_XAVIER_SCALE = 1.000001  # Marks the default (as in Pax).
+
+
+@pax_fiddle.auto_config
 def default_param_init() -> WeightInit:
-  """The initialiser a layer uses unless configured otherwise."""
-  return WeightInit.Xavier(1.000001)
+  """The initialiser a layer uses unless configured otherwise.
+
+  `auto_config`'d, as in Pax: a layer config holds
+  `Config(WeightInit, 'xavier', 1.000001)`, a layer the `WeightInit`.
+  """
+  return WeightInit('xavier', _DEFAULT_XAVIER_SCALE)
 
 
 def is_default_param_init(init: Any) -> bool:
-  """Whether `init` is the (unchanged) default initialiser."""
-  return init == default_param_init()
+  """Whether `init` (a `WeightInit` or a config of one) is the default."""
+  method = getattr(init, 'method', None)
+  scale = getattr(init, 'scale', None)
+  return (
+      method == 'xavier'
+      and isinstance(scale, (int, float))
+      and abs(scale - _DEFAULT_XAVIER_SCALE) < 1e-7
+  )
 
 
 class WeightHParamsCollection:

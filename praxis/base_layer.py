@@ -50,10 +50,22 @@ from praxis import py_utils
 from praxis import pytypes
 
 NestedMap = py_utils.NestedMap
+ParamsT = pytypes.HParamsT
 JTensor = pytypes.JTensor
 PRNGKey = pytypes.PRNGKey
+JTensorOrPartitionSpec = pytypes.JTensorOrPartitionSpec
+NpTensor = pytypes.NpTensor
+SummaryDict = pytypes.SummaryDict
+Nested = pytypes.Nested
 NestedJTensor = pytypes.NestedJTensor
+NestedBool = pytypes.NestedBool
+NestedHParams = pytypes.NestedHParams
+NestedJTensorOrPartitionSpec = pytypes.NestedJTensorOrPartitionSpec
+NestedPartitionSpec = pytypes.NestedPartitionSpec
 SplitDimsMapping = pytypes.SplitDimsMapping
+AxisMetadata = flax_core.meta.AxisMetadata
+# A function (state, batch_dim, time_dim) -> state applied to decode caches.
+DecodeStateTransformFn = Callable[[JTensor, int, int | None], JTensor]
 
 # Variable collections and RNG streams.
 PARAMS = 'params'
@@ -278,7 +290,7 @@ class BaseLayer(nn.Module):
 
   dtype: Any = jnp.float32
   fprop_dtype: Any = None
-  params_init: WeightInit = default_param_init()
+  params_init: WeightInit = instance_field(default_param_init)
   skip_lp_regularization: bool | None = None
   ici_mesh_shape: Sequence[int] | None = None
   dcn_mesh_shape: Sequence[int] | None = None

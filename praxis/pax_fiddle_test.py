@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 from absl.testing import absltest
 import fiddle as fdl
+from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import test_utils
@@ -257,6 +258,33 @@ class FieldMetadataTest(test_utils.TestCase):
     built = pax_fiddle.build(
         pax_fiddle.Config(TplTuple, tpls=[pax_fiddle.Config(Leaf, x=2)]))
     self.assertEqual(built.tpls, [pax_fiddle.Config(Leaf, x=2)])
+
+
+class LayerParamsInitTest(test_utils.TestCase):
+
+  def test_params_init_is_a_config_until_built(self):
+
+    class Child(base_layer.BaseLayer):
+      pass
+
+    class Parent(base_layer.BaseLayer):
+      child_tpl: pax_fiddle.Config[Child] = pax_fiddle.template_field(Child)
+
+    cfg = pax_fiddle.Config(Parent, name='p')
+    self.assertEqual(
+        cfg.params_init,
+        pax_fiddle.Config(base_layer.WeightInit, 'xavier', 1.000001),
+    )
+    self.assertTrue(base_layer.is_default_param_init(cfg.params_init))
+    self.assertEqual(Child().params_init,
+                     base_layer.WeightInit('xavier', 1.000001))
+    cfg.params_init = pax_fiddle.Config(base_layer.WeightInit, 'gaussian', 2.)
+    self.assertFalse(base_layer.is_default_param_init(cfg.params_init))
+    parent = pax_fiddle.build(cfg)
+    self.assertEqual(parent.params_init,
+                     base_layer.WeightInit('gaussian', 2.0))
+    # The child template inherits the parent's non-default initialiser.
+    self.assertEqual(parent.child_tpl.params_init.method, 'gaussian')
 
 
 class CopyFieldsFromTest(test_utils.TestCase):
