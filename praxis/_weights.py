@@ -362,12 +362,11 @@ class BoxedParam(struct.PyTreeNode, meta.AxisMetadata):
     size = params.get('x_times')
     if size is None:
       size = self.value.shape[0] if hasattr(self.value, 'shape') else 1
+    inner = hp.repeat_prefix_split_dims_mapping or (-1,) * len(
+        hp.repeat_prefix or [])
     hp.repeat_prefix = [size] + list(hp.repeat_prefix or [])
     sub = params.get('sub_weight_split_dims_mapping') or (-1,)
-    if hp.repeat_prefix_split_dims_mapping is not None or sub != (-1,):
-      hp.repeat_prefix_split_dims_mapping = tuple(sub) + tuple(
-          hp.repeat_prefix_split_dims_mapping or ()
-      )
+    hp.repeat_prefix_split_dims_mapping = tuple(sub) + tuple(inner)  # As Pax.
     opt = params.get('optimizer_dims_mapping')
     if opt is not None:
       hp.repeat_optimizer_dims_mapping = tuple(opt) + tuple(

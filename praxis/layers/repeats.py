@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
+import copy
 import functools
+import math
 from typing import Any
 
 from flax import linen as nn
@@ -58,6 +60,7 @@ SCAN_VARIABLE_AXES = {
     NON_TRAINABLE: 0,
     DECODE_CACHE: 0,
     PREFIX_DECODE_CACHE: 0,
+    INTERMEDIATES: 0,
 }
 _CACHES = (DECODE_CACHE, PREFIX_DECODE_CACHE)
 
@@ -79,6 +82,41 @@ def _repack(tree: Any) -> Any:
       tree,
       is_leaf=lambda x: isinstance(x, list),
   )
+
+
+def _merge_prefix(tree: Any, n: int) -> Any:
+  """Variables stacked on n leading dims -> on one (the scan's)."""
+  return jax.tree.map(lambda x: jnp.reshape(x, (-1,) + x.shape[n:]), tree)
+
+
+def _split_meta(hp: base_layer.WeightHParams, nd: tuple[int, ...]) -> Any:
+  """The declaration of a variable scanned once, stacked on `nd` instead."""
+  hp = copy.deepcopy(hp)
+  n, rest = len(nd), list(hp.repeat_prefix)[1:]
+  mapping = hp.repeat_prefix_split_dims_mapping or (-1,) * (1 + len(rest))
+  hp.repeat_prefix = list(nd) + rest
+  hp.repeat_prefix_split_dims_mapping = (-1,) * n + tuple(mapping)[1:]
+  if hp.repeat_optimizer_dims_mapping is not None:
+    hp.repeat_optimizer_dims_mapping = (-1,) * n + tuple(
+        hp.repeat_optimizer_dims_mapping)[1:]
+  for field in ('fan_in_axes', 'fan_out_axes'):
+    axes = getattr(hp, field)
+    if axes is not None:
+      setattr(hp, field, [a + n - 1 for a in axes])
+  return hp
+
+
+def _split_prefix(tree: Any, nd: tuple[int, ...]) -> Any:
+  """Variables stacked on the scan's one dim -> on the `nd` dims."""
+
+  def one(x):
+    if isinstance(x, base_layer.BoxedParam):
+      value = jnp.reshape(x.value, nd + x.value.shape[1:])
+      return x.replace(value=value, meta=_split_meta(x.meta, nd))
+    return jnp.reshape(x, nd + x.shape[1:])
+
+  return jax.tree.map(
+      one, tree, is_leaf=lambda x: isinstance(x, base_layer.BoxedParam))
 
 
 def _ensure_tuple(x: Any) -> tuple[Any, ...]:
@@ -106,7 +144,9 @@ class Repeat(base_layer.BaseLayer):
       `intermediates/repeat_intermediates`.
     return_intermediate_outputs: Return every repetition's output, stacked
       [x_times, ...], instead of the last.
-    nd_prefix_shape: Only None (or [x_times]) is supported.
+    nd_prefix_shape: If set (multiplying to x_times), the variables are
+      stacked on these leading dims (e.g. [stages, layers per stage]); the
+      layers still run in one scan, in row-major order.
     positional_args_as_scan_carry: Thread all positional inputs through the
       repetitions (the sub-layer returns a tuple of them).
   """
@@ -142,14 +182,26 @@ class Repeat(base_layer.BaseLayer):
     if self.sub_tpl is None:
       raise ValueError(f'{where}: sub_tpl must be set.')
     nd = self.nd_prefix_shape
-    if nd is not None and list(nd) != [self.x_times]:
-      raise ValueError(f'{where}: nd_prefix_shape {nd} is not supported; '
-                       'only None or [x_times].')
+    if nd is not None and (not nd or math.prod(nd) != self.x_times):
+      raise ValueError(f'{where}: nd_prefix_shape {nd} must multiply to '
+                       f'x_times={self.x_times}.')
+    if self._nd_shape() and (
+        self.weight_split_dims_mapping.sub is not None
+        or self.optimizer_dims_mapping is not None or self.unroll_in_decode):
+      raise ValueError(
+          f'{where}: nd_prefix_shape {nd} cannot be combined with '
+          'weight_split_dims_mapping.sub, optimizer_dims_mapping or '
+          'unroll_in_decode.')
     sub = self.weight_split_dims_mapping.sub
     if sub is not None and len(sub) != 1:
       raise ValueError(f'{where}: weight_split_dims_mapping.sub must have one '
                        f'entry, got {sub}.')
     self.create_child(self.sublayer_name, self.sub_tpl)
+
+  def _nd_shape(self) -> tuple[int, ...] | None:
+    """The variables' prefix shape if it has several dims, else None."""
+    nd = self.nd_prefix_shape
+    return tuple(nd) if nd is not None and len(nd) > 1 else None
 
   @property
   def sublayer(self) -> base_layer.BaseLayer:
@@ -179,6 +231,12 @@ class Repeat(base_layer.BaseLayer):
             'optimizer_dims_mapping': self.optimizer_dims_mapping,
         },
     )
+    nd = self._nd_shape()
+    if nd:  # One scan over all the layers; variables stored on nd dims.
+      scan_fn = nn.map_variables(
+          scan_fn, [PARAMS, NON_TRAINABLE], mutable=True,
+          trans_in_fn=functools.partial(_merge_prefix, n=len(nd)),
+          trans_out_fn=functools.partial(_split_prefix, nd=nd))
     scan_fn = nn.map_variables(
         scan_fn,
         SUMMARIES,

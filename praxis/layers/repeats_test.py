@@ -103,6 +103,11 @@ class RepeatTest(test_utils.TestCase):
     self.assertEqual(w.full_shape, [3, 4, 4])
     self.assertEqual(tuple(w.repeat_prefix_split_dims_mapping), ('data',))
     self.assertEqual(tuple(w.repeat_optimizer_dims_mapping), (None,))
+    # Without a sharding, the prefix is replicated, spelled out as in Pax.
+    meta = instantiate(repeat_config(pax_fiddle.Config(TanhLayer))
+                       ).abstract_init_with_metadata(self.x)
+    self.assertEqual(
+        meta['params']['sub']['w'].repeat_prefix_split_dims_mapping, (-1,))
 
   @parameterized.parameters(
       checkpoint_policy.AutodiffCheckpointType.SAVE_NOTHING,
@@ -211,6 +216,35 @@ class RepeatTest(test_utils.TestCase):
     self.assertAllClose(
         new_cache, jax.tree.map(lambda s: 2.0 * s, cache), atol=1e-6
     )
+
+  def test_nd_prefix_shape_stacks_on_several_dims(self):
+    layer = instantiate(repeat_config(
+        pax_fiddle.Config(TanhLayer), x_times=6, nd_prefix_shape=(2, 3)))
+    meta = layer.abstract_init_with_metadata(self.x)['params']['sub']['w']
+    self.assertEqual(meta.repeat_prefix, [2, 3])
+    self.assertEqual(tuple(meta.repeat_prefix_split_dims_mapping), (-1, -1))
+    out, variables = test_utils.init_and_apply(layer, self.x)
+    params = variables['params']['sub']
+    self.assertEqual(params['w'].shape, (2, 3, 4, 4))
+    # The layers run in row-major order of the two dims.
+    flat = {k: v.reshape((6,) + v.shape[2:]) for k, v in params.items()}
+    self.assertAllClose(out, np_stack(flat, self.x), atol=1e-6)
+    with self.assertRaisesRegex(ValueError, 'multiply to x_times=6'):
+      bad = instantiate(repeat_config(
+          pax_fiddle.Config(TanhLayer), x_times=6, nd_prefix_shape=(4, 2)))
+      bad.init(jax.random.PRNGKey(0), self.x)
+
+  def test_sublayer_intermediates_are_stacked(self):
+    layer = instantiate(repeat_config(pax_fiddle.Config(TanhLayer),
+                                      collect_intermediate_outputs=True))
+    variables = layer.init(jax.random.PRNGKey(0), self.x)
+    out, state = layer.apply(variables, self.x, capture_intermediates=True,
+                             mutable=[base_layer.INTERMEDIATES])
+    inter = state[base_layer.INTERMEDIATES]
+    self.assertEqual(inter['sub']['__call__'][0].shape, (3, 2, 4))
+    self.assertAllClose(inter['repeat_intermediates'][0][-1], out)
+    ref = np_stack(variables['params']['sub'], self.x)
+    self.assertAllClose(out, ref, atol=1e-6)
 
   def test_bad_x_times_fails(self):
     layer = instantiate(repeat_config(pax_fiddle.Config(TanhLayer), x_times=0))
