@@ -454,7 +454,7 @@ class SetupHelpersTest(test_utils.TestCase):
     self.assertEqual(configs.strip(),
                      base_hyperparams.nested_struct_to_text(
                          {'layer': {'dims': 3, 'do_eval': True}}).strip())
-    self.assertIn('params.w : WeightHParams(shape=[3, 2]', variables)
+    self.assertIn('params.w.shape : [3, 2]', variables)
 
   def test_provenance_file_lists_each_tensor_once(self):
     task = self._task()

@@ -23,14 +23,19 @@ configurable class answers `X.HParams(...)`, `X.HParams.config(...)` and
 
 from __future__ import annotations
 
+import abc
+import collections.abc
 import dataclasses
 import enum
+import functools
 import inspect
 import re
 from typing import Any, Callable
 
 import fiddle as fdl
+from flax import linen as nn
 import numpy as np
+from praxis import _dataclass_hparams
 from praxis import pax_fiddle
 
 
@@ -88,6 +93,10 @@ class FiddleHParamsClassStub(metaclass=_HParamsStubMeta):
   @classmethod
   def partial(cls, **kwargs: Any) -> pax_fiddle.Partial[Any]:
     return pax_fiddle.Partial(cls._checked_owner(), **kwargs)
+
+  @classmethod
+  def __to_sub_config_field__(cls) -> Any:
+    return pax_fiddle.template_field(cls._checked_owner())
 
   @classmethod
   def _checked_owner(cls) -> type[Any]:
@@ -225,7 +234,9 @@ class FiddleBaseParameterizable:
   def __init_subclass__(cls, **kwargs: Any):
     super().__init_subclass__(**kwargs)
     absorb_nested_hparams(cls)
+    _check_overrides_are_annotated(cls)
     dataclasses.dataclass(cls, kw_only=True)
+    cls.__init__ = _keyword_only_init(cls)
     install_hparams_stub(cls)
 
   @classmethod
@@ -242,6 +253,35 @@ class FiddleBaseParameterizable:
     return HParamsView(self)
 
 
+def _check_overrides_are_annotated(cls: type[Any]) -> None:
+  """A class attribute replacing an inherited field must be annotated."""
+  own = cls.__dict__.get('__annotations__', {})
+  for base in cls.__mro__[1:]:
+    for field in getattr(base, '__dataclass_fields__', {}).values():
+      if field.name in cls.__dict__ and field.name not in own:
+        raise TypeError(
+            f'Class attribute `{cls.__qualname__}.{field.name}` overrides a '
+            'dataclass field, but is missing a type annotation. This is '
+            f'likely a bug. Consider adding the type annotation {field.type}.'
+        )
+
+
+def _keyword_only_init(cls: type[Any]) -> Callable[..., None]:
+  """`cls.__init__`, failing clearly on positional arguments."""
+  init = cls.__init__
+
+  @functools.wraps(init)
+  def keyword_only(self, *args: Any, **kwargs: Any) -> None:
+    if args:
+      raise TypeError(
+          f'Only keyword arguments are supported when constructing {cls}. '
+          f'Received {args} as positional arguments.'
+      )
+    init(self, **kwargs)
+
+  return keyword_only
+
+
 FiddleBaseParameterizable.__annotations__ = {'name': str}
 FiddleBaseParameterizable.name = ''
 dataclasses.dataclass(FiddleBaseParameterizable, kw_only=True)
@@ -249,70 +289,12 @@ install_hparams_stub(FiddleBaseParameterizable)
 FiddleBaseParameterizableBase = FiddleBaseParameterizable
 
 
-class BaseHyperParams:
-  """Stand-alone hyper-parameter dataclasses (the pre-Fiddle Pax style).
-
-  Subclasses become dataclasses; `Cls.config(**kw)` makes a Config of them.
-  """
-
-  def __init_subclass__(cls, **kwargs: Any):
-    super().__init_subclass__(**kwargs)
-    dataclasses.dataclass(cls)
-
-  @classmethod
-  def config(cls, **kwargs: Any) -> pax_fiddle.Config[Any]:
-    return pax_fiddle.Config(cls, **kwargs)
-
-  @classmethod
-  def partial(cls, **kwargs: Any) -> pax_fiddle.Partial[Any]:
-    return pax_fiddle.Partial(cls, **kwargs)
-
-  def __setattr__(self, name: str, value: Any) -> None:
-    if getattr(self, '_frozen', False):
-      raise AttributeError(f'{type(self).__qualname__} is frozen.')
-    if name != '_frozen' and name not in {
-        f.name for f in dataclasses.fields(self)
-    }:
-      raise AttributeError(
-          f'{type(self).__qualname__} has no attribute {name!r}.'
-      )
-    object.__setattr__(self, name, value)
-
-  def freeze(self) -> None:
-    object.__setattr__(self, '_frozen', True)
-
-  def unfreeze(self) -> None:
-    object.__setattr__(self, '_frozen', False)
-
-  def clone(self) -> BaseHyperParams:
-    import copy  # pylint: disable=g-import-not-at-top
-
-    result = copy.deepcopy(self)
-    result.unfreeze()
-    return result
-
-  def set(self, **kwargs: Any) -> BaseHyperParams:
-    for name, value in kwargs.items():
-      setattr(self, name, value)
-    return self
-
-  def copy_fields_from(self, source: Any) -> None:
-    for f in dataclasses.fields(source):
-      if hasattr(self, f.name):
-        setattr(self, f.name, getattr(source, f.name))
-
-  def to_text(self) -> str:
-    return nested_struct_to_text(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class SubConfigFactory:
-  """Default factory of a `sub_config_field`: a config of `cls`."""
-
-  cls: type[Any]
-
-  def __call__(self) -> pax_fiddle.Config[Any]:
-    return pax_fiddle.Config(self.cls)
+BaseHyperParams = _dataclass_hparams.BaseHyperParams
+BaseParameterizable = _dataclass_hparams.BaseParameterizable
+SubConfigFactory = _dataclass_hparams.SubConfigFactory
+OverrideSubConfigFieldProtocol = (
+    _dataclass_hparams.OverrideSubConfigFieldProtocol
+)
 
 
 def sub_config_field(
@@ -327,7 +309,8 @@ def sub_config_field(
 
   Args:
     sub_config_cls: A class's `HParams` stub, a configurable class, an object
-      with `__to_sub_config_field__`, or None (default None).
+      with `__to_sub_config_field__`, or None (default None). A
+      `BaseHyperParams` dataclass gives a field holding an instance of it.
     lazy_ref: A function returning `sub_config_cls`, for forward references.
 
   Returns:
@@ -342,6 +325,12 @@ def sub_config_field(
     )
   if hasattr(sub_config_cls, '__to_sub_config_field__'):
     return sub_config_cls.__to_sub_config_field__()
+  if isinstance(sub_config_cls, type) and issubclass(
+      sub_config_cls, BaseHyperParams
+  ):
+    return dataclasses.field(
+        default_factory=SubConfigFactory(lambda: sub_config_cls)
+    )
   if sub_config_cls is None:
     return pax_fiddle.template_field(None)
   return pax_fiddle.template_field(_configured_class(sub_config_cls))
@@ -369,21 +358,68 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
   """Builds a config (a `pax_fiddle.Config`, or an `X.HParams(...)`).
 
   Args:
-    config: What to build.
+    config: What to build: a config, or the HParams of a (legacy)
+      `BaseParameterizable`.
     **kwargs: Arguments overriding those of `config`.
 
   Returns:
     The built object.
   """
+  if isinstance(config, BaseParameterizable.HParams):
+    return config.Instantiate(**kwargs)
   if not isinstance(config, fdl.Buildable):
     raise TypeError(
-        f'instantiate expects a pax_fiddle.Config, got {type(config)!r}.'
+        'instantiate expects a pax_fiddle.Config (or BaseParameterizable '
+        f'HParams), got {type(config)!r}.'
     )
   return pax_fiddle.instantiate(config, **kwargs)
 
 
 def _is_named_tuple(value: Any) -> bool:
-  return isinstance(value, tuple) and hasattr(value, '_asdict')
+  return isinstance(value, tuple) and hasattr(value, '_fields')
+
+
+class StrOverride(abc.ABC):
+  """A value written to the text form as its `str()`."""
+
+  @abc.abstractmethod
+  def __str__(self) -> str:
+    """The text of the value."""
+
+
+def _sub_key(key: str, name: Any) -> str:
+  return f'{key}.{name}' if key else str(name)
+
+
+def _children(key: str, value: Any) -> list[tuple[str, Any]] | None:
+  """(key, child) pairs of a container `value`; None for a leaf."""
+  if isinstance(value, collections.abc.Mapping):
+    return [(_sub_key(key, k), v) for k, v in value.items()]
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    fields = dataclasses.fields(value)
+    if isinstance(value, nn.Module):
+      fields = [f for f in fields if f.name != 'parent']
+    return [(_sub_key(key, f.name), getattr(value, f.name)) for f in fields]
+  if _is_named_tuple(value):
+    return [(f'{key}[{k}]', v) for k, v in value._asdict().items()]
+  if isinstance(value, (list, tuple, range)):
+    return [(f'{key}[{i}]', v) for i, v in enumerate(value)]
+  if isinstance(value, fdl.Buildable):
+    return _buildable_children(key, value)
+  return None
+
+
+def _buildable_children(key: str, value: fdl.Buildable):
+  args = fdl.ordered_arguments(value, include_defaults=True)
+  if type(args.get('parent')).__name__ == '_Sentinel':
+    args.pop('parent')
+  items = []
+  if not key.endswith('_split_dims_mapping'):
+    items.append((_sub_key(key, 'cls'), fdl.get_callable(value)))
+  for name, arg in args.items():
+    arg = _default_factory_value(value, name, arg)
+    items.append((_sub_key(key, name), arg))
+  return items
 
 
 def visit_nested_struct(
@@ -394,59 +430,39 @@ def visit_nested_struct(
 ) -> None:
   """Walks a nested structure of configs, dicts, lists and dataclasses.
 
-  Keys are `a.b` inside configs, dicts and dataclasses, and `a[1]` inside
-  lists and tuples. `visit_fn(key, value)` is called on every leaf, and on
-  every container that `enter_fn(key, value)` declines to enter.
+  Keys are `a.b` inside configs, mappings and dataclasses (the `parent` of a
+  Flax module is skipped), `a[1]` inside lists and tuples, and `a[field]`
+  inside named tuples; a config also yields its `cls`. `visit_fn(key, value)`
+  is called on every leaf, and on every container that `enter_fn(key,
+  value)` declines to enter.
 
   Args:
     obj_to_visit: The structure.
     visit_fn: Called on leaves.
     enter_fn: Decides whether to walk into a container (default: always).
     exit_fn: Called after a container's children.
+
+  Raises:
+    ValueError: If the structure contains itself.
   """
   enter_fn = enter_fn or (lambda key, value: True)
   exit_fn = exit_fn or (lambda key, value: None)
-
-  def sub_key(key: str, name: Any) -> str:
-    return f'{key}.{name}' if key else str(name)
-
-  def children(value: Any) -> list[tuple[str, Any]] | None:
-    if isinstance(value, fdl.Buildable):
-      args = fdl.ordered_arguments(value, include_defaults=True)
-      if type(args.get('parent')).__name__ == '_Sentinel':
-        args.pop('parent')
-      items = [('.cls', fdl.get_callable(value))]
-      return items + [
-          (f'.{k}', _default_factory_value(value, k, v))
-          for k, v in args.items()
-      ]
-    if isinstance(value, dict):
-      return [('.' + str(k), v) for k, v in value.items()]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-      return [('.' + f.name, getattr(value, f.name))
-              for f in dataclasses.fields(value)]
-    if _is_named_tuple(value):
-      return [(f'[{k}]', v) for k, v in value._asdict().items()]
-    if isinstance(value, (list, tuple, range)):
-      return [(f'[{i}]', v) for i, v in enumerate(value)]
-    return None
+  visiting: set[int] = set()
 
   def visit(key: str, value: Any) -> None:
-    items = children(value)
+    if id(value) in visiting:
+      raise ValueError(
+          f'A circular reference chain is detected. Current key: {key}'
+      )
+    visiting.add(id(value))
+    items = _children(key, value)
     if items is None or not enter_fn(key, value):
       visit_fn(key, value)
-      return
-    is_buildable = isinstance(value, fdl.Buildable)
-    for suffix, child in items:
-      if is_buildable:
-        if suffix == '.cls' and key.endswith('_split_dims_mapping'):
-          continue
-        visit(key + suffix, child)
-      elif suffix.startswith('.'):
-        visit(sub_key(key, suffix[1:]), child)
-      else:
-        visit(key + suffix, child)
-    exit_fn(key, value)
+    else:
+      for child_key, child in items:
+        visit(child_key, child)
+      exit_fn(key, value)
+    visiting.remove(id(value))
 
   visit('', obj_to_visit)
 
@@ -465,27 +481,65 @@ def _quote_string(s: str) -> str:
   return quote + escaped + quote
 
 
+class _SortedDict(dict):
+  """A dict whose repr lists the keys in order."""
+
+  def __repr__(self) -> str:
+    items = sorted(self.items())
+    return '{' + ', '.join('%r: %r' % item for item in items) + '}'
+
+
+def _is_tf_dtype(value: Any) -> bool:
+  """A TensorFlow dtype, recognised without importing TensorFlow."""
+  cls = type(value)
+  return cls.__name__ == 'DType' and cls.__module__.startswith('tensorflow')
+
+
+def _module_name(value: Any) -> str:
+  module = inspect.getmodule(value)
+  return module.__name__ if module else '?'
+
+
 def _value_repr(value: Any) -> Any:
   """The text form of one leaf of `nested_struct_to_text`."""
-  if isinstance(value, dict):
-    return {k: _value_repr(v) for k, v in sorted(value.items())}
+  if isinstance(value, collections.abc.Mapping):
+    return _SortedDict({k: _value_repr(v) for k, v in value.items()})
   if isinstance(value, np.ndarray):
     return np.array2string(value, separator=', ')
-  if isinstance(value, (list, tuple)) and not _is_named_tuple(value):
+  if isinstance(value, BaseHyperParams):
+    return _SortedDict({f.name: _value_repr(getattr(value, f.name))
+                        for f in dataclasses.fields(value)})
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return str(value)
+  if _is_named_tuple(value):
+    return _SortedDict({k: _value_repr(v) for k, v in value._asdict().items()})
+  if isinstance(value, (list, tuple)):
     return type(value)(_value_repr(v) for v in value)
   if isinstance(value, (bool, int, float, str, enum.Enum)):
     return value
+  if _is_tf_dtype(value):
+    return value.name
+  if isinstance(value, StrOverride):
+    return str(value)
   if isinstance(value, type):
-    module = inspect.getmodule(value)
-    return f'type/{module.__name__ if module else "?"}/{value.__name__}'
+    return f'type/{_module_name(value)}/{value.__qualname__}'
+  if callable(value) and hasattr(value, '__qualname__'):
+    return f'callable/{_module_name(value)}/{value.__qualname__}'
   if isinstance(value, fdl.Buildable):
     return repr(value)
-  if dataclasses.is_dataclass(value):
-    return str(value)
-  if callable(value) and hasattr(value, '__qualname__'):
-    module = inspect.getmodule(value)
-    return f'callable/{module.__name__ if module else "?"}/{value.__qualname__}'
   return type(value).__name__
+
+
+def _enter_for_text(key: str, value: Any) -> bool:
+  """Which containers the text form walks into (others are one line)."""
+  del key
+  if isinstance(value, (list, tuple)) and not _is_named_tuple(value):
+    return bool(value) and all(
+        isinstance(v, (fdl.Buildable, BaseHyperParams)) for v in value
+    )
+  if isinstance(value, range):
+    return False
+  return _children('', value) is not None or isinstance(value, StrOverride)
 
 
 def nested_struct_to_text(
@@ -494,7 +548,7 @@ def nested_struct_to_text(
   """The `key : value` text form of a config, one line per leaf, sorted.
 
   This is the format of the `model_params.txt` file of a Pax run: strings are
-  quoted, classes read `type/<module>/<name>`, functions
+  quoted, classes read `type/<module>/<qualname>`, functions
   `callable/<module>/<qualname>`, other objects their type name.
 
   Args:
@@ -508,14 +562,6 @@ def nested_struct_to_text(
   lines: dict[str, str] = {}
   types: dict[str, str] = {}
 
-  def enter(key: str, value: Any) -> bool:
-    del key
-    if isinstance(value, (fdl.Buildable, dict)):
-      return True
-    return isinstance(value, (list, tuple)) and bool(value) and all(
-        isinstance(v, fdl.Buildable) for v in value
-    )
-
   def visit(key: str, value: Any) -> None:
     if isinstance(value, str):
       lines[key] = _quote_string(value)
@@ -523,6 +569,6 @@ def nested_struct_to_text(
       lines[key] = str(_value_repr(value))
     types[key] = type(value).__name__
 
-  visit_nested_struct(obj_to_visit, visit, enter_fn=enter)
+  visit_nested_struct(obj_to_visit, visit, enter_fn=_enter_for_text)
   text = ''.join(f'{k} {separator} {v}\n' for k, v in sorted(lines.items()))
   return (text, types) if include_types else text

@@ -148,7 +148,7 @@ class _PaxBuildableMixin(CloneAndSetMixin):
     except AttributeError as e:
       raise AttributeError(
           f'{_class_name(self.__fn_or_cls__)} has no field {name!r}.'
-          f'{_closest_names(name, self)}'
+          f'{_closest_names(name, self)} ({e})'
       ) from e
 
   @property
