@@ -1,0 +1,1 @@
+"""Command-line tools and config transformations for Pax experiments."""

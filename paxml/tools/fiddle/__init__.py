@@ -1,0 +1,1 @@
+"""Fiddle passes over Pax configs (sharding, NestedMaps, codegen, graphs)."""
