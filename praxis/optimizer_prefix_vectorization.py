@@ -28,6 +28,7 @@ outside with the group's prefix shape appended to their names ('u.[2]').
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -99,7 +100,9 @@ def _parse_key(key: str, sep: str) -> tuple[list[int], list[Any], Any]:
   parts = key.split(sep)
   shape = [int(d) for d in parts[1].split('.')]
   sharding = [_decode_dim(d) for d in parts[2].split('.')]
-  opt = [_decode_dim(d) for d in parts[3].split('.')] if len(parts) > 3 else None
+  opt = None
+  if len(parts) > 3:
+    opt = [_decode_dim(d) for d in parts[3].split('.')]
   return shape, sharding, opt
 
 
@@ -213,6 +216,10 @@ def get_transformations_with_vectorized_repeat_prefix(
       _readd_summaries(summaries, _parse_key(k, sep)[0])
     return _ungroup(new_updates, var_hparams, sep), grouped(new_state)
 
+  spec_fn = getattr(tx, 'init_partition_spec', None)
+  if not callable(spec_fn):
+    spec_fn = functools.partial(optimizers.partition_params, tx)
+
   def init_partition_spec(hparams):
     specs = {}
     for k in keys:
@@ -221,8 +228,7 @@ def get_transformations_with_vectorized_repeat_prefix(
           lambda s: dataclasses.replace(
               s, repeat_prefix=None, repeat_prefix_split_dims_mapping=None),
           _select(hparams, hparams, k, sep), is_leaf=_is_hp)
-      specs[k] = _with_prefix(
-          optimizers._partition_spec_fn(tx)(group), shape, sharding)  # pylint: disable=protected-access
+      specs[k] = _with_prefix(spec_fn(group), shape, sharding)
     return grouped(specs)
 
   if isinstance(tx, optimizers.ShardedGradientTransformation):

@@ -14,6 +14,10 @@ in its `WeightHParams`:
   repeat.abstract_init_with_metadata(x)['params']['sub']['linear']['w']
   # WeightHParams(shape=[8, 8], repeat_prefix=[4], ...)
 
+`__call__` can call another method of the sub-layer (`method_name`) and
+give each repetition its own slice of stacked keyword inputs
+(`per_layer_kwargs`, `reversed_per_layer_kwargs`).
+
 Decoder caches are stacked likewise, or, with `unroll_in_decode`, kept per
 layer (`decoder_cache/<name>/layer{i}/...`) and decoded by a Python loop,
 which avoids copying the cache through a loop in every decoding step.
@@ -275,40 +279,93 @@ class Repeat(base_layer.BaseLayer):
         trans_out_fn=unstack,
     )
 
-  def __call__(self, inputs: NestedJTensor, *args: Any, **kwargs: Any) -> Any:
+  def __call__(
+      self,
+      inputs: NestedJTensor,
+      *args: Any,
+      method_name: str | None = None,
+      per_layer_kwargs: dict[str, NestedJTensor] | None = None,
+      reversed_per_layer_kwargs: dict[str, NestedJTensor] | None = None,
+      **kwargs: Any,
+  ) -> Any:
     """Runs the stack on `inputs`.
 
     Args:
       inputs: The first input of the sub-layer, threaded through the stack.
       *args: Further positional inputs, the same for every repetition (or
         threaded too, with `positional_args_as_scan_carry`).
+      method_name: Call this method of the sub-layer instead of `__call__`.
+      per_layer_kwargs: Keyword inputs stacked [x_times, ...]: repetition i
+        gets slice i.
+      reversed_per_layer_kwargs: The same, stacked in reverse: repetition i
+        gets slice x_times - 1 - i.
       **kwargs: Keyword inputs, the same for every repetition.
 
     Returns:
       The last repetition's output (or all of them, stacked, with
       `return_intermediate_outputs`).
     """
+    if method_name is None:
+      factory = lambda sub: sub
+    else:
+      factory = lambda sub: getattr(sub, method_name)
+    return self.call_with_custom_method(
+        inputs, *args, method_factory=factory,
+        per_layer_kwargs=per_layer_kwargs,
+        reversed_per_layer_kwargs=reversed_per_layer_kwargs, **kwargs)
 
-    def body_fn(sub, layer_in):
+  def _layer_kwargs(self, idx: JTensor | None, per_layer: Any,
+                    reversed_per_layer: Any) -> dict[str, Any]:
+    """The keyword inputs of repetition `idx` (traced) from stacked ones."""
+    if idx is None:
+      return {}
+    kw = jax.tree.map(lambda x: jnp.asarray(x)[idx], dict(per_layer or {}))
+    kw.update(jax.tree.map(lambda x: jnp.asarray(x)[self.x_times - 1 - idx],
+                           dict(reversed_per_layer or {})))
+    return kw
+
+  def call_with_custom_method(
+      self,
+      inputs: NestedJTensor,
+      *args: Any,
+      method_factory: Callable[[base_layer.BaseLayer], Callable[..., Any]],
+      per_layer_kwargs: dict[str, NestedJTensor] | None = None,
+      reversed_per_layer_kwargs: dict[str, NestedJTensor] | None = None,
+      **kwargs: Any,
+  ) -> Any:
+    """`__call__` with `method_factory(sub)` as each repetition's method."""
+    indexed = (per_layer_kwargs is not None
+               or reversed_per_layer_kwargs is not None)
+    collect = (
+        self.collect_intermediate_outputs or self.return_intermediate_outputs
+    )
+
+    def body_fn(sub, carry):
+      layer_in, idx = carry if indexed else (carry, None)
+      fn = method_factory(sub)
+      layer_kw = self._layer_kwargs(idx, per_layer_kwargs,
+                                    reversed_per_layer_kwargs)
       if self.positional_args_as_scan_carry:
-        layer_out = _ensure_tuple(sub(*layer_in, **kwargs))
+        layer_out = _ensure_tuple(fn(*layer_in, **kwargs, **layer_kw))
       else:
-        layer_out = sub(layer_in, *args, **kwargs)
+        layer_out = fn(layer_in, *args, **kwargs, **layer_kw)
       asserts.assert_same_structure(layer_in, layer_out)
-      collect = (
-          self.collect_intermediate_outputs or self.return_intermediate_outputs
-      )
-      return layer_out, layer_out if collect else None
+      new_carry = (layer_out, idx + 1) if indexed else layer_out
+      return new_carry, layer_out if collect else None
 
     scan_fn = self._scan(body_fn, remat=True)
     if self.unroll_in_decode and self.is_mutable_collection(DECODE_CACHE):
       scan_fn = self._per_layer_caches(scan_fn)
     carry = (inputs,) + args if self.positional_args_as_scan_carry else inputs
+    if indexed:
+      carry = (carry, jnp.zeros((), jnp.int32))
     layer_out, intermediates = scan_fn(self.sublayer, carry)
-    if self.collect_intermediate_outputs:
-      self.sow(INTERMEDIATES, 'repeat_intermediates', intermediates)
+    if indexed:
+      layer_out = layer_out[0]
     if self.return_intermediate_outputs:
       return intermediates
+    if self.collect_intermediate_outputs:
+      self.sow(INTERMEDIATES, 'repeat_intermediates', intermediates)
     return layer_out
 
   # -- Decoding ---------------------------------------------------------------

@@ -34,6 +34,9 @@ class TanhLayer(base_layer.BaseLayer):
     self.add_summary('x_mean', jnp.mean(x))
     return jnp.tanh(scale * (x @ self.theta.w + self.theta.b))
 
+  def doubled(self, x, scale=1.0):
+    return self(x, 2.0 * scale)
+
 
 class TwoInputs(TanhLayer):
   """Returns (tanh(x @ w + y), y + 1): both inputs are threaded."""
@@ -244,6 +247,24 @@ class RepeatTest(test_utils.TestCase):
     self.assertEqual(inter['sub']['__call__'][0].shape, (3, 2, 4))
     self.assertAllClose(inter['repeat_intermediates'][0][-1], out)
     ref = np_stack(variables['params']['sub'], self.x)
+    self.assertAllClose(out, ref, atol=1e-6)
+
+  def test_method_name_and_per_layer_kwargs(self):
+    layer = instantiate(repeat_config(pax_fiddle.Config(TanhLayer)))
+    variables = layer.init(jax.random.PRNGKey(0), self.x)
+    params = variables['params']['sub']
+    scales = np.array([0.5, 1.0, 3.0], np.float32)
+    out = layer.apply(variables, self.x, method_name='doubled',
+                      per_layer_kwargs={'scale': scales})
+    ref = self.x
+    for i in range(3):
+      ref = np.tanh(2.0 * scales[i] * (ref @ params['w'][i] + params['b'][i]))
+    self.assertAllClose(out, ref, atol=1e-6)
+    out = layer.apply(variables, self.x,
+                      reversed_per_layer_kwargs={'scale': scales})
+    ref = self.x
+    for i in range(3):
+      ref = np.tanh(scales[2 - i] * (ref @ params['w'][i] + params['b'][i]))
     self.assertAllClose(out, ref, atol=1e-6)
 
   def test_bad_x_times_fails(self):
