@@ -1,16 +1,28 @@
-"""Saving and restoring the train state with Orbax (TensorStore underneath).
+"""Saving and restoring the train state, in Pax 1.4's checkpoint layout.
 
-Public names: Checkpointer, CHECKPOINT_VERSION, install_sigterm_handler,
-preemption_requested, reached_preemption.
+Public names: Checkpointer, CheckpointType, CHECKPOINT_VERSION,
+CHECKPOINT_PREFIX, save_checkpoint, restore_checkpoint, latest_checkpoint,
+latest_checkpoint_if_exists, retrieve_latest_checkpoint_step,
+retrieve_latest_checkpoint_step_if_exists, retrieve_checkpoint_type,
+make_checkpoint_step_dir, get_step_from_checkpoint_asset,
+is_checkpoint_asset, install_sigterm_handler, preemption_requested,
+reached_preemption.
 
-A checkpoint is `<job_log_dir>/checkpoints/checkpoint_<step>/` with the Orbax
-items `state` (the `TrainState` pytree of `jax.Array`s, sharded or not, from
-one process or many), `metadata` (JSON: version and step) and, when given,
-`train_input` (each process's input iterator state, one file per process).
-Saves are asynchronous: `save` returns once the arrays are copied off the
-device, and Orbax writes and commits them in the background. Restores read
-onto whatever mesh the abstract state names, so a checkpoint written on a
-2x4 mesh restores onto an 8x1 mesh or a single device.
+A checkpoint is `<job_log_dir>/checkpoints/checkpoint_<step:08d>/` as the
+real Pax 1.4 writes it (see checkpoint_managers.py): `state` (one zarr array
+per variable, named by its path; Flax checkpoints of pmap models:
+`checkpoint_<step>/state/checkpoint`, one msgpack), `metadata/metadata` and,
+when given, `train_input`. Checkpoints of the real Pax restore here and
+these restore in the real Pax. Saves are asynchronous and atomic; restores
+read onto whatever mesh the abstract state names, so a checkpoint written on
+a 2x4 mesh restores onto an 8x1 mesh or a single device.
+
+Pax's functional API, for libraries that load Pax checkpoints:
+
+  state = checkpoints.restore_checkpoint(
+      abstract_state, checkpoint_dir, checkpoint_type=CheckpointType.GDA)
+
+The runner's checkpointer:
 
   ckpt = checkpoints.Checkpointer(job_log_dir, save_interval_steps=100)
   if ckpt.latest_step() is not None:  # Resume from the latest checkpoint.
@@ -30,7 +42,6 @@ onto whatever mesh the abstract state names, so a checkpoint written on a
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
 from typing import Any
@@ -39,19 +50,30 @@ from absl import logging
 from etils import epath
 import jax
 from jax.experimental import multihost_utils
-import orbax.checkpoint as ocp
+import numpy as np
+from paxml import checkpoint_managers
 from paxml import checkpoint_paths
 from paxml import checkpoint_types
+from paxml import checkpoint_version
+from paxml import train_states
+from praxis import py_utils
 
-# Items `state` (OCDBT TensorStore), `metadata` and optional `train_input`.
-CHECKPOINT_VERSION = 1.2
+# Pax 1.4's default: per-variable zarr arrays and `train_state_metadata`.
+CHECKPOINT_VERSION = checkpoint_version.get_version(False)
 
 CheckpointType = checkpoint_types.CheckpointType
+CHECKPOINT_PREFIX = checkpoint_paths.CHECKPOINT_PREFIX
 
-_STATE = checkpoint_paths.STATE_ITEM_NAME
-_INPUT = checkpoint_paths.INPUT_ITEM_NAME
-_METADATA = checkpoint_paths.METADATA_ITEM_NAME
-_MAX_REPORTED = 5
+latest_checkpoint = checkpoint_paths.latest_checkpoint
+latest_checkpoint_if_exists = checkpoint_paths.latest_checkpoint_if_exists
+retrieve_latest_checkpoint_step = (
+    checkpoint_paths.retrieve_latest_checkpoint_step)
+retrieve_latest_checkpoint_step_if_exists = (
+    checkpoint_paths.retrieve_latest_checkpoint_step_if_exists)
+retrieve_checkpoint_type = checkpoint_types.retrieve_checkpoint_type
+make_checkpoint_step_dir = checkpoint_paths.make_checkpoint_step_dir
+get_step_from_checkpoint_asset = checkpoint_paths.get_step_from_checkpoint_asset
+is_checkpoint_asset = checkpoint_paths.is_checkpoint_asset
 
 _sigterm_received = threading.Event()
 
@@ -109,98 +131,139 @@ def reached_preemption(step: int) -> bool:
     return False
 
 
-# -- The input-state item: one file per process --------------------------------
+# -- Pax's functional API ------------------------------------------------------
 
 
-def _input_state_file(directory: epath.Path) -> epath.Path:
-  index, count = jax.process_index(), jax.process_count()
-  return directory / f'process_{index}-of-{count}.bin'
+def _manager(checkpoint_dir: epath.PathLike, checkpoint_type: Any,
+             tensorstore_use_ocdbt: bool, **options: Any
+             ) -> checkpoint_managers.OrbaxCheckpointManager:
+  return checkpoint_managers.OrbaxCheckpointManager(
+      epath.Path(checkpoint_dir),
+      options=checkpoint_managers.CheckpointManagerOptions(**options),
+      checkpoint_type=checkpoint_type,
+      tensorstore_use_ocdbt=tensorstore_use_ocdbt)
 
 
-class _InputStateHandler(ocp.CheckpointHandler):
-  """Writes each process's input iterator state (bytes) to its own file."""
+def save_checkpoint(
+    train_state: train_states.TrainState,
+    checkpoint_dir: epath.PathLike,
+    overwrite: bool = False,
+    checkpoint_type: CheckpointType = CheckpointType.FLAX,
+    state_specs: train_states.TrainState | None = None,
+    async_checkpointer: Any = None,
+    train_state_unpadded_shape_dtype_struct: Any = None,
+    tensorstore_use_ocdbt: bool = False,
+) -> checkpoint_managers.OrbaxCheckpointManager:
+  """Writes `train_state` as `checkpoint_<its step>` under `checkpoint_dir`.
 
-  def save(self, directory: epath.Path, args: _InputStateSave) -> None:
-    _input_state_file(directory).write_bytes(args.state)
+  Args:
+    train_state: The TrainState (its `step` names the checkpoint).
+    checkpoint_dir: The directory of the step directories.
+    overwrite: Save even if the save interval would not.
+    checkpoint_type: FLAX (one msgpack) or GDA (one array per variable).
+    state_specs: Unused (the arrays carry their shardings).
+    async_checkpointer: Non-None: return while the write goes on (call
+      `wait_until_finished` on the returned manager).
+    train_state_unpadded_shape_dtype_struct: Unpadded shapes for the metadata.
+    tensorstore_use_ocdbt: Must be False (version 1.1 is written).
 
-  def restore(self, directory: epath.Path,
-              args: _InputStateRestore | None = None) -> bytes:
-    del args
-    path = _input_state_file(directory)
-    if not path.exists():
-      found = sorted(p.name for p in directory.iterdir())
-      raise ValueError(
-          f'No input state {path.name} in {directory} (found {found}): the '
-          'checkpoint was written by a different number of processes.')
-    return path.read_bytes()
-
-
-@ocp.args.register_with_handler(_InputStateHandler, for_save=True)
-@dataclasses.dataclass
-class _InputStateSave(ocp.args.CheckpointArgs):
-  state: bytes
-
-
-@ocp.args.register_with_handler(_InputStateHandler, for_restore=True)
-@dataclasses.dataclass
-class _InputStateRestore(ocp.args.CheckpointArgs):
-  pass
-
-
-# -- Shape checks --------------------------------------------------------------
-
-
-def _key_name(key: Any) -> str:
-  for attr in ('key', 'name', 'idx'):
-    if hasattr(key, attr):
-      return str(getattr(key, attr))
-  return str(key)
-
-
-def _flat_shapes(tree: Any) -> dict[str, tuple[int, ...] | None]:
-  """Leaf path (`mdl_vars.params.w`) -> shape, for the state or its metadata.
-
-  Empty nodes (e.g. optax's `EmptyState`) have no leaves and no entry.
+  Returns:
+    The manager that wrote it.
   """
-  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {'.'.join(_key_name(k) for k in path): getattr(v, 'shape', None)
-          for path, v in leaves}
+  del state_specs
+  step = int(np.asarray(
+      py_utils.maybe_unreplicate_for_fully_replicated(train_state.step)
+  ).reshape(-1)[0])
+  manager = _manager(checkpoint_dir, checkpoint_type, tensorstore_use_ocdbt,
+                     create=True,
+                     enable_async_checkpointing=async_checkpointer is not None)
+  manager.save(step, train_state, train_state_unpadded_shape_dtype_struct,
+               force=overwrite)
+  if async_checkpointer is None:
+    manager.wait_until_finished()
+  return manager
 
 
-def _shape_errors(stored: Any, wanted: Any) -> list[str]:
-  """Why the checkpoint tree `stored` cannot be restored as `wanted`."""
-  have, want = _flat_shapes(stored), _flat_shapes(wanted)
-  errors = [
-      f'{k!r} has shape {tuple(have[k])} in the checkpoint but '
-      f'{tuple(want[k])} in the model'
-      for k in sorted(want.keys() & have.keys())
-      if have[k] is not None and want[k] is not None
-      and tuple(have[k]) != tuple(want[k])
-  ]
-  if missing := sorted(want.keys() - have.keys()):
-    errors.append(f'not in the checkpoint: {missing[:_MAX_REPORTED]}')
-  if extra := sorted(have.keys() - want.keys()):
-    errors.append(f'not in the model: {extra[:_MAX_REPORTED]}')
-  return errors
+def restore_checkpoint(
+    state_global_shapes: train_states.TrainState,
+    checkpoint_dir: epath.PathLike,
+    global_mesh: jax.sharding.Mesh | None = None,
+    checkpoint_type: CheckpointType = CheckpointType.FLAX,
+    state_specs: train_states.TrainState | None = None,
+    step: int | None = None,
+    enforce_restore_shape_check: bool = False,
+    state_unpadded_shape_dtype_struct: Any = None,
+    tensorstore_use_ocdbt: bool = False,
+    restore_transformations: dict[str, Any] | None = None,
+) -> train_states.TrainState:
+  """Reads a checkpoint (the latest, or `step`) as `state_global_shapes`.
+
+  Any layout Pax 1.4 writes is read (GDA 1.1/1.2, FLAX), whatever
+  `checkpoint_type` says; shapes are always checked.
+
+  Args:
+    state_global_shapes: TrainState of ShapeDtypeStructs (or arrays): names,
+      shapes, dtypes and, where set, shardings.
+    checkpoint_dir: The directory of the step directories.
+    global_mesh: With `state_specs`, where leaves without a sharding go.
+    checkpoint_type: GDA or FLAX (checked; the files decide the reader).
+    state_specs: TrainState of PartitionSpecs on `global_mesh`.
+    step: The step; None for the latest.
+    enforce_restore_shape_check: Accepted (shapes are always checked).
+    state_unpadded_shape_dtype_struct: Unused.
+    tensorstore_use_ocdbt: Accepted (both 1.1 and 1.2 are read).
+    restore_transformations: Not supported (must be None).
+
+  Returns:
+    The TrainState.
+
+  Raises:
+    ValueError: Not a TrainState, no such directory or checkpoint, or the
+      checkpoint does not fit (the error names the variables).
+  """
+  del enforce_restore_shape_check, state_unpadded_shape_dtype_struct
+  del tensorstore_use_ocdbt
+  if not issubclass(type(state_global_shapes), train_states.TrainState):
+    raise ValueError(
+        'state_global_shapes must be a subclass of '
+        f'`{train_states.TrainState}`, but was `{type(state_global_shapes)}`.')
+  if restore_transformations is not None:
+    raise ValueError('restore_transformations are not supported.')
+  checkpoint_dir = epath.Path(checkpoint_dir)
+  if not checkpoint_dir.exists():
+    raise ValueError(f'{checkpoint_dir=!r} does not exist')
+  manager = _manager(checkpoint_dir, checkpoint_type, False, create=False,
+                     enable_async_checkpointing=False)
+  if step is None:
+    step = manager.latest_step()
+    if step is None:
+      raise ValueError(
+          f'No checkpoints were found in directory {checkpoint_dir=!r}')
+  kwargs = {'specs': state_specs, 'mesh': global_mesh}
+  return manager.restore(step, state_global_shapes, restore_kwargs=kwargs)
+
+
+# -- The runner's checkpointer -------------------------------------------------
 
 
 def _check_abstract_state(abstract_state: Any) -> None:
-  leaves = jax.tree_util.tree_flatten_with_path(abstract_state)[0]
+  leaves = jax.tree_util.tree_flatten_with_path(
+      abstract_state, is_leaf=py_utils.is_optax_masked_node)[0]
   for path, leaf in leaves:
+    if py_utils.is_optax_masked_node(leaf):
+      continue
     if getattr(leaf, 'sharding', None) is None:
       raise ValueError(
           f'abstract_state{jax.tree_util.keystr(path)} has no sharding: give '
           'every leaf a jax.ShapeDtypeStruct with sharding=NamedSharding(...).')
 
 
-# -- The checkpointer ----------------------------------------------------------
-
-
 class Checkpointer:
   """Saves and restores the train state under `<job_log_dir>/checkpoints`.
 
-  A thin layer over `orbax.checkpoint.CheckpointManager`. Every process must
-  call `save` and `restore` (Orbax coordinates the writes).
+  The runner's face of `checkpoint_managers.OrbaxCheckpointManager`: Pax
+  1.4's layout, so the real Pax resumes these checkpoints and this project
+  resumes the real Pax's. Every process must call `save` and `restore`.
   """
 
   def __init__(
@@ -211,6 +274,7 @@ class Checkpointer:
       save_max_to_keep: int | None = 10,
       enable_async_checkpointing: bool = True,
       checkpoint_dir: epath.PathLike | None = None,
+      checkpoint_type: CheckpointType = CheckpointType.GDA,
   ):
     """Opens (creating if needed) the checkpoint directory.
 
@@ -222,31 +286,26 @@ class Checkpointer:
       enable_async_checkpointing: Write in the background.
       checkpoint_dir: Another directory to use instead (for instance
         `--restore_checkpoint_dir` of an eval job).
+      checkpoint_type: GDA (Pax's SPMD models) or FLAX (its pmap models).
     """
     if save_interval_steps < 1:
       raise ValueError(
           f'save_interval_steps must be >= 1, got {save_interval_steps}.')
     self._dir = epath.Path(
         checkpoint_dir or checkpoint_paths.get_checkpoint_dir(job_log_dir))
-    options = ocp.CheckpointManagerOptions(
+    self._manager = _manager(
+        self._dir, checkpoint_type, False,
         save_interval_steps=save_interval_steps,
         max_to_keep=save_max_to_keep,
-        step_name_format=checkpoint_paths.name_format(),
-        enable_async_checkpointing=enable_async_checkpointing,
-    )
-    self._manager = ocp.CheckpointManager(
-        self._dir,
-        item_handlers={
-            _STATE: ocp.StandardCheckpointHandler(),
-            _METADATA: ocp.JsonCheckpointHandler(),
-            _INPUT: _InputStateHandler(),
-        },
-        options=options,
-    )
+        enable_async_checkpointing=enable_async_checkpointing)
 
   @property
   def directory(self) -> epath.Path:
     return self._dir
+
+  @property
+  def manager(self) -> checkpoint_managers.OrbaxCheckpointManager:
+    return self._manager
 
   def save(self, step: int, train_state: Any, input_state: bytes | None = None,
            force: bool = False) -> bool:
@@ -261,22 +320,9 @@ class Checkpointer:
     Returns:
       Whether a save was started.
     """
-    step = int(step)
-    if step in self._manager.all_steps():
-      return False
-    items = {
-        _STATE: ocp.args.StandardSave(train_state),
-        _METADATA: ocp.args.JsonSave(
-            {'version': CHECKPOINT_VERSION, 'step': step}),
-    }
-    if input_state is not None:
-      items[_INPUT] = _InputStateSave(bytes(input_state))
     force = force or preemption_requested()
-    saved = self._manager.save(
-        step, args=ocp.args.Composite(**items), force=force)
-    if saved:
-      logging.info('Saving checkpoint %s', self._step_dir(step))
-    return saved
+    return self._manager.save(int(step), train_state,
+                              train_input_pipeline=input_state, force=force)
 
   def restore(
       self, step: int | None = None, *, abstract_state: Any
@@ -301,25 +347,17 @@ class Checkpointer:
       step = self.latest_step()
       if step is None:
         raise FileNotFoundError(f'No committed checkpoint in {self._dir}.')
-    step_dir = self._step_dir(step)
-    if not (step_dir.is_dir() and ocp.step.is_path_finalized(step_dir)):
+    step_dir = self._manager.step_dir(step)
+    if not step_dir.is_dir() or checkpoint_paths.is_tmp_checkpoint_asset(
+        step_dir):
       raise FileNotFoundError(f'No committed checkpoint {step_dir}.')
     _check_abstract_state(abstract_state)
-    stored = self._manager.item_metadata(step)[_STATE].tree
-    if errors := _shape_errors(stored, abstract_state):
-      raise ValueError(f'Checkpoint {step_dir} does not fit the model: '
-                       + '; '.join(errors) + '.')
-    items = {_STATE: ocp.args.StandardRestore(abstract_state)}
-    has_input = (step_dir / _INPUT).exists()
-    if has_input:
-      items[_INPUT] = _InputStateRestore()
-    logging.info('Restoring checkpoint %s', step_dir)
-    out = self._manager.restore(step, args=ocp.args.Composite(**items))
-    return out[_STATE], (out[_INPUT] if has_input else None)
+    return self._manager.restore(step, abstract_state,
+                                 train_input_pipeline=True)
 
   def latest_step(self) -> int | None:
     """The latest committed step on disk (writes in progress do not count)."""
-    return checkpoint_paths.retrieve_latest_checkpoint_step(self._dir)
+    return self._manager.latest_step()
 
   def wait_until_finished(self) -> None:
     """Blocks until every started save is committed (raises its errors)."""
@@ -327,8 +365,4 @@ class Checkpointer:
 
   def close(self) -> None:
     """Waits for pending saves and releases Orbax's resources."""
-    self._manager.wait_until_finished()
     self._manager.close()
-
-  def _step_dir(self, step: int) -> epath.Path:
-    return checkpoint_paths.make_checkpoint_step_dir(self._dir, step)

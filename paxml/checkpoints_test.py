@@ -85,24 +85,47 @@ class CheckpointTest(test_utils.TestCase):
                   if checkpoint_paths.is_checkpoint_asset(p))
 
   def test_names(self):
-    self.assertEqual(checkpoint_paths.checkpoint_name(120), 'checkpoint_120')
+    self.assertEqual(checkpoint_paths.checkpoint_name(120),
+                     'checkpoint_00000120')
+    self.assertEqual(checkpoint_paths.checkpoint_name(
+        120, checkpoints.CheckpointType.FLAX), 'checkpoint_120')
+    self.assertEqual(checkpoint_paths.checkpoint_name(
+        120, use_digit_step_subdirectory=True), '120')
     self.assertEqual(
         checkpoint_paths.make_checkpoint_step_dir('/a/checkpoints', 5),
-        epath.Path('/a/checkpoints/checkpoint_5'))
+        epath.Path('/a/checkpoints/checkpoint_00000005'))
+    self.assertEqual(checkpoint_paths.get_step_from_checkpoint_asset(
+        '/a/checkpoint_00000012.orbax-checkpoint-tmp-3'), 12)
+    self.assertEqual(checkpoint_paths.get_step_from_checkpoint_asset(
+        '/a/tmp_99.checkpoint_7'), 7)
+    self.assertTrue(checkpoint_paths.is_checkpoint_asset('/x/17'))
     self.assertTrue(checkpoint_paths.is_checkpoint_asset('/x/checkpoint_0'))
     self.assertFalse(checkpoint_paths.is_checkpoint_asset(
         '/x/checkpoint_3.orbax-checkpoint-tmp-9'))
     self.assertFalse(checkpoint_paths.is_checkpoint_asset('/x/summaries'))
-    self.assertIsNone(checkpoint_paths.latest_checkpoint(self.job_dir / 'no'))
+    self.assertIsNone(
+        checkpoint_paths.latest_checkpoint_if_exists(self.job_dir / 'no'))
+    with self.assertRaisesRegex(ValueError, 'does not exist'):
+      checkpoint_paths.latest_checkpoint(self.job_dir / 'no')
+    self.job_dir.mkdir(exist_ok=True)
+    with self.assertRaisesRegex(ValueError, 'No checkpoints were found'):
+      checkpoint_paths.retrieve_latest_checkpoint_step(self.job_dir)
 
   @absltest.skipIf(jax.device_count() < 8, 'needs 8 devices')
   def test_restore_onto_other_meshes(self):
     ckpt = self._checkpointer(save_interval_steps=10)
     self.assertTrue(ckpt.save(10, self._state(_mesh((2, 4)))))
     ckpt.wait_until_finished()
+    step_dir = ckpt.directory / 'checkpoint_00000010'
     self.assertEqual(
-        sorted(os.listdir(ckpt.directory / 'checkpoint_10')),
+        sorted(os.listdir(step_dir)),
         ['_CHECKPOINT_METADATA', 'commit_success.txt', 'metadata', 'state'])
+    # Pax 1.4's layout: one zarr array per variable, named by its path.
+    arrays = sorted(p for p in os.listdir(step_dir / 'state')
+                    if (step_dir / 'state' / p / '.zarray').exists())
+    self.assertEqual(arrays, [
+        'mdl_vars.params.b', 'mdl_vars.params.w', 'opt_states_0.count',
+        'opt_states_0.mu.w', 'step'])
     for shape in [(8, 1), (1, 1)]:
       mesh = _mesh(shape)
       state, input_state = ckpt.restore(abstract_state=self._abstract(mesh))
@@ -125,7 +148,7 @@ class CheckpointTest(test_utils.TestCase):
     big = np.arange(512 * 512, dtype=np.float32).reshape(512, 512)
     state = state.replace(extra_state=(jnp.asarray(big),))
     self.assertTrue(ckpt.save(0, state))
-    step_dir = ckpt.directory / 'checkpoint_0'
+    step_dir = ckpt.directory / 'checkpoint_00000000'
     committed_at_return = step_dir.exists()
     # The training loop goes on and donates (frees) the state's buffers.
     for x in jax.tree.leaves(state):
@@ -162,14 +185,14 @@ class CheckpointTest(test_utils.TestCase):
     ckpt.close()
     root = checkpoint_paths.get_checkpoint_dir(self.job_dir)
     # What a crash during Orbax's write of step 30 leaves behind.
-    tmp = root / f'checkpoint_30{ocp.step.TMP_DIR_SUFFIX}-1700000000'
+    tmp = root / f'checkpoint_00000030{ocp.step.TMP_DIR_SUFFIX}-1700000000'
     (tmp / 'state').mkdir(parents=True)
     (tmp / 'state' / 'junk').write_text('half written')
     self.assertTrue(checkpoint_paths.is_tmp_checkpoint_asset(tmp))
     self.assertFalse(checkpoint_paths.is_tmp_checkpoint_asset(
-        root / 'checkpoint_10'))
+        root / 'checkpoint_00000010'))
     self.assertEqual(checkpoint_paths.latest_checkpoint(root),
-                     root / 'checkpoint_10')
+                     root / 'checkpoint_00000010')
     self.assertEqual(checkpoint_paths.retrieve_latest_checkpoint_step(root), 10)
 
     reopened = self._checkpointer(save_interval_steps=10)  # A restarted run.
@@ -177,7 +200,7 @@ class CheckpointTest(test_utils.TestCase):
     mesh = _mesh((1, 1))
     state, _ = reopened.restore(abstract_state=self._abstract(mesh))
     self.assertArraysEqual(state, _state_tree(self.values.get))
-    with self.assertRaisesRegex(FileNotFoundError, 'checkpoint_30'):
+    with self.assertRaisesRegex(FileNotFoundError, 'checkpoint_00000030'):
       reopened.restore(30, abstract_state=self._abstract(mesh))
 
   def test_no_checkpoint(self):
@@ -218,7 +241,7 @@ class CheckpointTest(test_utils.TestCase):
     ckpt.save(2, state)
     ckpt.wait_until_finished()
     self.assertEqual(
-        (ckpt.directory / 'checkpoint_1' / 'train_input' /
+        (ckpt.directory / 'checkpoint_00000001' / 'train_input' /
          'process_0-of-1.bin').read_bytes(), blob)
     abstract = self._abstract(_mesh((1, 1)))
     self.assertEqual(ckpt.restore(1, abstract_state=abstract)[1], blob)

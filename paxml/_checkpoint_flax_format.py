@@ -1,0 +1,92 @@
+"""Pax 1.4's Flax `state` item (pmap models): one msgpack file.
+
+Private to checkpoint_managers.py.
+
+`state/checkpoint` is a msgpack map `{'flattened_state': [leaf, ...],
+'str_pytree_state': str(treedef)}`, the leaves of the TrainState in
+`jax.tree.flatten` order (praxis' `BpropMaskedNode`s count as leaves,
+`optax.MaskedNode`s have none). Old Pax also wrote the file itself as
+`checkpoints/checkpoint_<step>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from etils import epath
+import flax.serialization
+import jax
+import numpy as np
+from praxis import py_utils
+
+FILE_NAME = 'checkpoint'
+
+
+def is_flax_state(state_dir: epath.Path) -> bool:
+  """Whether the state item (or legacy file) is a Flax msgpack."""
+  return state_dir.is_file() or (
+      (state_dir / FILE_NAME).is_file()
+      and not (state_dir / 'manifest.ocdbt').exists()
+      and not any((p / '.zarray').exists() for p in state_dir.iterdir()))
+
+
+def _flatten(state: Any) -> tuple[list[Any], Any]:
+  return jax.tree_util.tree_flatten(
+      state, is_leaf=py_utils.is_bprop_masked_node)
+
+
+def save_state(directory: epath.PathLike, state: Any) -> None:
+  """Writes `state/checkpoint` (arrays fetched to the host first)."""
+  directory = epath.Path(directory)
+  leaves, treedef = _flatten(jax.device_get(state))
+  target = {'flattened_state': [np.asarray(x) for x in leaves],
+            'str_pytree_state': str(treedef)}
+  if jax.process_index() != 0:
+    return
+  directory.mkdir(parents=True, exist_ok=True)
+  (directory / FILE_NAME).write_bytes(flax.serialization.msgpack_serialize(
+      target))
+
+
+def _leaf_name(path: Any) -> str:
+  return jax.tree_util.keystr(path)
+
+
+def restore_state(state_dir: epath.PathLike, abstract_state: Any) -> Any:
+  """Reads a Flax state item into the shapes/shardings of `abstract_state`."""
+  state_dir = epath.Path(state_dir)
+  path = state_dir if state_dir.is_file() else state_dir / FILE_NAME
+  try:
+    target = flax.serialization.msgpack_restore(path.read_bytes())
+    stored = list(target['flattened_state'])
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'Checkpoint file {path} is not a Pax Flax checkpoint '
+                     f'(truncated or another format): {e}') from e
+  wanted = jax.tree_util.tree_flatten_with_path(
+      abstract_state, is_leaf=py_utils.is_bprop_masked_node)[0]
+  if len(stored) != len(wanted):
+    raise ValueError(
+        f'Checkpoint {path} holds {len(stored)} arrays but the model state '
+        f'has {len(wanted)}: it was written for another model or optimizer.')
+  out = []
+  for (key, want), value in zip(wanted, stored):
+    if py_utils.is_bprop_masked_node(want):
+      out.append(want)
+      continue
+    out.append(_to_array(np.asarray(value), want, _leaf_name(key), path))
+  treedef = _flatten(abstract_state)[1]
+  return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _to_array(value: np.ndarray, want: Any, name: str,
+              path: epath.Path) -> jax.Array:
+  if tuple(value.shape) != tuple(want.shape):
+    raise ValueError(
+        f'Checkpoint {path}: {name} has shape {tuple(value.shape)} in the '
+        f'checkpoint but {tuple(want.shape)} in the model.')
+  value = value.astype(np.dtype(want.dtype))
+  sharding = getattr(want, 'sharding', None)
+  if sharding is None:
+    return jax.device_put(value)
+  return jax.make_array_from_callback(value.shape, sharding,
+                                      lambda index: value[index])

@@ -1,0 +1,165 @@
+"""Pax 1.4's `state` item: one TensorStore array per variable, by name.
+
+Private to checkpoints.py and checkpoint_managers.py.
+
+Pax names every leaf of a `TrainState` by its path: dict keys and attributes
+joined with '.', sequence indices appended with '_' (`step`,
+`mdl_vars.params.lm.final_ln.scale`, `opt_states_0.no_prefix_2.m.params...`).
+`optax.MaskedNode`s have no array and no name. Version 1.1 (Pax's default)
+stores each leaf as a zarr array in `state/<name>/`; version 1.2 stores them
+in one OCDBT database in `state/` under Orbax's names (every key joined with
+'.', `opt_states.0.no_prefix.2.m...`). Orbax writes version 1.1 here
+(`PyTreeCheckpointHandler(use_ocdbt=False)` on the flat `{name: array}`
+dict); reads go straight to TensorStore, one shard per device, so any
+checkpoint restores onto any mesh.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from etils import epath
+import jax
+import numpy as np
+from praxis import py_utils
+import tensorstore as ts
+
+_FIELDS = ('step', 'mdl_vars', 'opt_states', 'extra_state')
+_MAX_REPORTED = 5
+
+
+def _key_part(key: Any, pax_style: bool) -> str:
+  if isinstance(key, jax.tree_util.SequenceKey):
+    return f'_{key.idx}' if pax_style else f'.{key.idx}'
+  for attr in ('key', 'name'):
+    if hasattr(key, attr):
+      return f'.{getattr(key, attr)}'
+  return f'.{key}'
+
+
+def named_leaves(state: Any, pax_style: bool = True) -> list[tuple[str, Any]]:
+  """(name, leaf) of every array of a TrainState, masked nodes left out.
+
+  Args:
+    state: A `TrainState` (of arrays, ShapeDtypeStructs or specs).
+    pax_style: Pax 1.1 names (`opt_states_0`); else Orbax/OCDBT names
+      (`opt_states.0`).
+
+  Returns:
+    The leaves in `jax.tree.flatten` order of the state, masked nodes
+    excluded.
+  """
+  out = []
+  for field in _FIELDS:
+    value = getattr(state, field, None)
+    if value is None:
+      continue
+    leaves = jax.tree_util.tree_flatten_with_path(
+        value, is_leaf=py_utils.is_optax_masked_node)[0]
+    for path, leaf in leaves:
+      if py_utils.is_optax_masked_node(leaf):
+        continue
+      name = field + ''.join(_key_part(k, pax_style) for k in path)
+      out.append((name, leaf))
+  return out
+
+
+def flat_state(state: Any) -> dict[str, Any]:
+  """`{pax_name: leaf}` of a TrainState (what version 1.1 writes)."""
+  return dict(named_leaves(state))
+
+
+def is_ocdbt(state_dir: epath.Path) -> bool:
+  """Whether the state item is one OCDBT database (version 1.2)."""
+  return (state_dir / 'manifest.ocdbt').exists()
+
+
+def _spec(state_dir: epath.Path, name: str, ocdbt: bool) -> dict[str, Any]:
+  if ocdbt:
+    kvstore = {'driver': 'ocdbt', 'base': f'file://{state_dir}',
+               'path': name}
+  else:
+    kvstore = {'driver': 'file', 'path': str(state_dir / name)}
+  return {'driver': 'zarr', 'kvstore': kvstore}
+
+
+def _open(state_dir: epath.Path, name: str, ocdbt: bool) -> ts.TensorStore:
+  try:
+    return ts.open(_spec(state_dir, name, ocdbt), open=True).result()
+  except ValueError as e:
+    raise ValueError(
+        f'Checkpoint {state_dir}: cannot read variable {name!r}: {e}') from e
+
+
+def _stored_names(state_dir: epath.Path, ocdbt: bool) -> set[str]:
+  if not ocdbt:
+    return {p.name for p in state_dir.iterdir() if (p / '.zarray').exists()}
+  kv = ts.KvStore.open(
+      {'driver': 'ocdbt', 'base': f'file://{state_dir}'}).result()
+  keys = kv.list().result()
+  return {k.decode().rsplit('/', 1)[0] for k in keys
+          if k.decode().endswith('/.zarray')}
+
+
+def _to_array(store: ts.TensorStore, want: Any) -> jax.Array:
+  dtype = np.dtype(want.dtype)
+
+  def read(index):
+    return np.asarray(store[index].read().result()).astype(dtype)
+
+  sharding = getattr(want, 'sharding', None)
+  if sharding is None:
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return jax.make_array_from_callback(tuple(want.shape), sharding, read)
+
+
+def restore_state(state_dir: epath.PathLike, abstract_state: Any,
+                  strict: bool = True) -> Any:
+  """Reads a Pax state item into the shapes and shardings of a TrainState.
+
+  Args:
+    state_dir: `checkpoint_<step>/state`.
+    abstract_state: `TrainState` of ShapeDtypeStructs (with `sharding`;
+      without one a leaf goes to the first device); masked nodes stay.
+    strict: Also refuse variables that are only in the checkpoint (False to
+      read a part, e.g. the model variables of a full train state).
+
+  Returns:
+    The TrainState of `jax.Array`s.
+
+  Raises:
+    ValueError: A variable is missing, extra or of another shape; the error
+      names them.
+  """
+  state_dir = epath.Path(state_dir)
+  ocdbt = is_ocdbt(state_dir)
+  wanted = named_leaves(abstract_state, pax_style=not ocdbt)
+  stored = _stored_names(state_dir, ocdbt)
+  stores = {n: _open(state_dir, n, ocdbt) for n, _ in wanted if n in stored}
+  errors = [
+      f'{n!r} has shape {tuple(stores[n].shape)} in the checkpoint but '
+      f'{tuple(w.shape)} in the model'
+      for n, w in wanted
+      if n in stores and tuple(stores[n].shape) != tuple(w.shape)]
+  errors = errors[:_MAX_REPORTED]
+  if missing := sorted({n for n, _ in wanted} - stored):
+    errors.append(f'not in the checkpoint: {missing[:_MAX_REPORTED]} '
+                  f'({len(missing)} in all)')
+  if strict and (extra := sorted(stored - {n for n, _ in wanted})):
+    errors.append(f'not in the model: {extra[:_MAX_REPORTED]} '
+                  f'({len(extra)} in all)')
+  if errors:
+    raise ValueError(f'Checkpoint {state_dir} does not fit the model: '
+                     + '; '.join(errors) + '.')
+  arrays = iter(_to_array(stores[n], w) for n, w in wanted)
+  return jax.tree.map(
+      lambda x: x if py_utils.is_optax_masked_node(x) else next(arrays),
+      abstract_state, is_leaf=py_utils.is_optax_masked_node)
+
+
+def stored_shapes(state_dir: epath.PathLike) -> dict[str, tuple[int, ...]]:
+  """`{name: shape}` of every array of a state item."""
+  state_dir = epath.Path(state_dir)
+  ocdbt = is_ocdbt(state_dir)
+  return {n: tuple(_open(state_dir, n, ocdbt).shape)
+          for n in sorted(_stored_names(state_dir, ocdbt))}
