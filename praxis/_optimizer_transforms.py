@@ -3,8 +3,9 @@
 Private: `praxis.optimizers` re-exports the public names
 (ShardedGradientTransformation, GeneralGradientTransformation,
 partition_params, partition_spec_like_state, sharded_chain, sharded_masked,
-apply_lp_regularizer, apply_decoupled_weight_decay, apply_ewc_regularization,
-apply_ema_weights, extract_ema).
+count_init_fn, count_init_partition_spec_fn, apply_lp_regularizer,
+apply_decoupled_weight_decay, apply_ewc_regularization, apply_ema_weights,
+extract_ema, to_quantized, to_float).
 
 Pax's `init_partition_spec` trees do not always have the state's structure:
 a chain's specs are wrapped in `optax.MaskedState`, a masked
@@ -271,6 +272,20 @@ def _inf_to_nan() -> optax.GradientTransformation:
   )
 
 
+def count_init_fn(params: Any) -> NestedMap:
+  """The state of a transformation that only counts updates."""
+  del params
+  return NestedMap(count=jnp.zeros([], jnp.int32))
+
+
+def count_init_partition_spec_fn(var_hparams: NestedWeightHParams) -> Any:
+  """The sharding of `count_init_fn`'s state: one replicated int32."""
+  del var_hparams
+  return NestedMap(count=WeightHParams(
+      shape=[], init=None, dtype=jnp.int32, collections=None,
+      tensor_split_dims_mapping=()))
+
+
 def _counted(
     update_fn: Callable[[Any, Any, jax.Array], Any],
 ) -> ShardedGradientTransformation:
@@ -283,15 +298,47 @@ def _counted(
     The transformation; `count` is the number of updates so far.
   """
 
-  def init(params):
-    del params
-    return NestedMap(count=jnp.zeros([], jnp.int32))
-
   def update(updates, state, params=None):
     return update_fn(updates, params, state.count), NestedMap(
         count=state.count + 1)
 
-  return _sharded(optax.GradientTransformation(init, update))
+  return ShardedGradientTransformation(
+      count_init_fn, update, count_init_partition_spec_fn)
+
+
+_QUANTIZED_LEVELS = {jnp.dtype(jnp.int8): 127, jnp.dtype(jnp.int16): 32767}
+
+
+def to_quantized(fvalue: jax.Array, quantized_dtype: Any
+                 ) -> tuple[jax.Array, jax.Array]:
+  """Rounds `fvalue` onto a symmetric integer grid, one step per column.
+
+  The step (bucket size) of each slice along axis 0 is max|fvalue| / 127
+  (int8) or / 32767 (int16); 0 maps to 0 and quantizing `to_float`'s output
+  again gives the same integers.
+
+  Args:
+    fvalue: Floats of rank >= 1.
+    quantized_dtype: jnp.int8 or jnp.int16.
+
+  Returns:
+    (integers of quantized_dtype, bucket sizes of shape fvalue.shape[1:]).
+  """
+  levels = _QUANTIZED_LEVELS.get(jnp.dtype(quantized_dtype))
+  if levels is None:
+    raise ValueError(f'to_quantized: quantized_dtype must be int8 or int16, '
+                     f'got {quantized_dtype}.')
+  if fvalue.ndim < 1:
+    raise ValueError('to_quantized: fvalue must have rank >= 1, got a '
+                     'scalar.')
+  bucket = jnp.max(jnp.abs(fvalue), axis=0) / jnp.asarray(levels, fvalue.dtype)
+  safe = jnp.where(bucket > 0, bucket, jnp.ones_like(bucket))
+  return jnp.round(fvalue / safe[None]).astype(quantized_dtype), bucket
+
+
+def to_float(quantized: jax.Array, bucket_size: jax.Array) -> jax.Array:
+  """The floats `to_quantized` rounded to: quantized * bucket_size."""
+  return quantized.astype(bucket_size.dtype) * bucket_size[None]
 
 
 def _per_variable(fn: Callable[..., Any], updates: Any, params: Any,

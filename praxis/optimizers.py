@@ -3,6 +3,7 @@
 Public names:
   ShardedGradientTransformation, GeneralGradientTransformation, Optimizer,
   partition_params, partition_spec_like_state, sharded_chain, sharded_masked,
+  count_init_fn, count_init_partition_spec_fn, to_quantized, to_float,
   sharded_sgd, sharded_adagrad, sharded_adam, sharded_lion,
   sharded_adafactor, sharded_static_accumulation, apply_lp_regularizer,
   apply_decoupled_weight_decay, apply_ewc_regularization, apply_ema_weights,
@@ -48,7 +49,7 @@ Example:
   params = optax.apply_updates(params, updates)
 
 Not provided: DistributedShampoo / ShardedDistributedShampoo (they need
-`optax_shampoo`), HeroLion, `to_quantized` / `to_float`.
+`optax_shampoo`), HeroLion, the `ShardedAdafactorState` layout.
 
 Past STYLE.md's 800 lines: this public path holds Pax's configurable
 optimizers (3,000 lines upstream); a third of it documents upstream fields.
@@ -95,6 +96,11 @@ partition_params = _optimizer_transforms.partition_params
 partition_spec_like_state = _optimizer_transforms.partition_spec_like_state
 sharded_chain = _optimizer_transforms.sharded_chain
 sharded_masked = _optimizer_transforms.sharded_masked
+count_init_fn = _optimizer_transforms.count_init_fn
+count_init_partition_spec_fn = (
+    _optimizer_transforms.count_init_partition_spec_fn)
+to_quantized = _optimizer_transforms.to_quantized
+to_float = _optimizer_transforms.to_float
 apply_lp_regularizer = _optimizer_transforms.apply_lp_regularizer
 apply_decoupled_weight_decay = (
     _optimizer_transforms.apply_decoupled_weight_decay)

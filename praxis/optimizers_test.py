@@ -534,6 +534,30 @@ class OptimizersTest(test_utils.TestCase):
     with self.assertRaisesRegex(Exception, words):
       opt.get_grad_transformation()
 
+  def test_quantization_round_trip(self):
+    x = self.rng.normal(size=(5, 3)).astype(np.float32)
+    x[:, 2] = 0.0
+    for dtype, levels in ((jnp.int8, 127), (jnp.int16, 32767)):
+      q, bucket = optimizers.to_quantized(jnp.asarray(x), dtype)
+      want_bucket = np.abs(x).max(axis=0) / levels
+      self.assertEqual(q.dtype, dtype)
+      self.assertAllClose(bucket, want_bucket)
+      safe = np.where(want_bucket > 0, want_bucket, 1.0)
+      self.assertArraysEqual(q, np.round(x / safe).astype(dtype))
+      back = optimizers.to_float(q, bucket)
+      self.assertAllClose(back, np.round(x / safe) * want_bucket)
+      q2, bucket2 = optimizers.to_quantized(back, dtype)
+      self.assertArraysEqual(q2, q)
+      self.assertAllClose(bucket2, bucket)
+    with self.assertRaisesRegex(ValueError, 'int8 or int16'):
+      optimizers.to_quantized(jnp.asarray(x), jnp.int32)
+
+  def test_count_transform_state_and_spec(self):
+    state = optimizers.count_init_fn(self.params)
+    self.assertEqual(int(state.count), 0)
+    spec = optimizers.count_init_partition_spec_fn(None).count
+    self.assertEqual((spec.shape, spec.dtype), ([], jnp.int32))
+
   def test_adafactor_decay_rate_checked_at_update(self):
     # As in Pax: the state and its sharding need no decay rate.
     opt = pax_fiddle.instantiate(_cfg(optimizers.ShardedAdafactor,
