@@ -13,6 +13,7 @@ import enum
 import threading
 from typing import Any, Sequence
 
+import jax.numpy as jnp
 from praxis import base_hyperparams
 
 
@@ -68,6 +69,37 @@ def trim_summary_type_from_key(key: str) -> str:
   return key[: -len(suffix)]
 
 
+def _with_batch_dim(tensor: Any, summary_type: SummaryType) -> Any:
+  """Images get a batch dim when 3-D, audio when 2-D."""
+  base = get_summary_base_type(summary_type)
+  if base == SummaryType.IMAGE and tensor.ndim == 3:
+    return tensor[None]
+  if base == SummaryType.AUDIO and tensor.ndim == 2:
+    return tensor[None]
+  return tensor
+
+
+class _SummaryDict:
+  """The summaries of a context: `dict` maps `<name>[<n>]_<type>` to values."""
+
+  def __init__(self):
+    self.dict: dict[str, Any] = {}
+
+  def add_summary(
+      self, name: str, tensor: Any, summary_type: SummaryType
+  ) -> None:
+    """Records `tensor`; a taken name gets a number (`name1_scalar`, ...)."""
+    suffix = get_summary_type_suffix(summary_type)
+    key, i = name + suffix, 0
+    while key in self.dict:
+      i += 1
+      key = f'{name}{i}{suffix}'
+    self.dict[key] = _with_batch_dim(tensor, summary_type)
+
+  def clear(self) -> None:
+    self.dict = {}
+
+
 class _ContextStack(threading.local):
 
   def __init__(self):
@@ -105,7 +137,7 @@ class JaxContext:
 
   def __init__(self, hparams: JaxContext.HParams):
     self._hparams = hparams.clone()
-    self._summaries: dict[str, Any] = {}
+    self._summaries = _SummaryDict()
     self._shared_layers: dict[tuple[int, str], Any] = {}
 
   @property
@@ -125,7 +157,7 @@ class JaxContext:
     return self._hparams.mesh_axes_transpose
 
   @property
-  def summary_dict(self) -> dict[str, Any]:
+  def summary_dict(self) -> _SummaryDict:
     return self._summaries
 
   def __enter__(self) -> JaxContext:
@@ -167,16 +199,22 @@ def add_global_summary(
     summary_type: SummaryType = SummaryType.SCALAR,
     verbosity: int = SummaryVerbosity.INFO,
 ) -> None:
-  """Records a summary outside any layer, in the current context."""
+  """Records a summary outside any layer, in the current context.
+
+  Floating-point values are recorded in float32.
+
+  Args:
+    name: The summary's name (a number is appended if it is taken).
+    tensor: Its value.
+    summary_type: SCALAR, IMAGE, ...
+    verbosity: Recorded only if at most the context's summary verbosity.
+  """
   context = cur_jax_context()
   if verbosity > context.summary_verbosity:
     return
-  base = name + get_summary_type_suffix(summary_type)
-  key, i = base, 0
-  while key in context.summary_dict:
-    i += 1
-    key = f'{name}{i}{get_summary_type_suffix(summary_type)}'
-  context.summary_dict[key] = tensor
+  if jnp.issubdtype(jnp.result_type(tensor), jnp.floating):
+    tensor = jnp.asarray(tensor, jnp.float32)
+  context.summary_dict.add_summary(name, tensor, summary_type)
 
 
 def clear_global_summary() -> None:
@@ -185,7 +223,9 @@ def clear_global_summary() -> None:
 
 
 def all_global_summaries() -> dict[str, Any]:
-  return dict(cur_jax_context().summary_dict) if JaxContext.has_context() else {}
+  if not JaxContext.has_context():
+    return {}
+  return dict(cur_jax_context().summary_dict.dict)
 
 
 def transpose_mesh_axes(names: Sequence[Any] | None) -> Any:

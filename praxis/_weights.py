@@ -410,8 +410,8 @@ def maybe_unbox_value(tree: Any) -> Any:
 def unbox_meta(tree: Any) -> Any:
   """`tree` with every leaf replaced by its `WeightHParams` declaration.
 
-  Boxed variables give their declaration (shape and dtype as evaluated);
-  other arrays a plain declaration of their shape and dtype.
+  Boxed variables give their declaration as made (layers fill in its
+  dtype); other arrays a plain declaration of their shape and dtype.
 
   Args:
     tree: Variables, usually as returned by `jax.eval_shape` of `init`.
@@ -422,10 +422,7 @@ def unbox_meta(tree: Any) -> Any:
 
   def to_meta(x: Any) -> WeightHParams:
     if _is_boxed(x):
-      hp = copy.deepcopy(x.meta)
-      value_dtype = getattr(x.value, 'dtype', None)
-      hp.dtype = hp.dtype or value_dtype
-      return hp
+      return copy.deepcopy(x.meta)
     return WeightHParams(shape=list(x.shape), dtype=x.dtype)
 
   return jax.tree.map(to_meta, tree, is_leaf=_is_boxed)

@@ -30,6 +30,7 @@ children in `setup`, and its computation in `__call__` (or `fprop`):
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import dataclasses
 import typing
@@ -203,6 +204,22 @@ def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any) -> Any:
   return layer
 
 
+def _check_template(layer: BaseLayer, name: str, params: Any) -> None:
+  if isinstance(params, fdl.Buildable):
+    return
+  hint = ''
+  if isinstance(params, BaseLayer):
+    hint = (
+        ' This may be caused by an incorrect type annotation on a field that '
+        'contains a Fiddle Config.'
+    )
+  raise ValueError(
+      f'{type(layer).__name__}.create_child({name!r}): Expected templates for '
+      f'`create_child` to be Fiddle Configs; got {type(params).__name__}.'
+      f'{hint}'
+  )
+
+
 def _check_unique_name(layer: BaseLayer, name: str, what: str) -> None:
   field_names = {f.name for f in dataclasses.fields(layer)}
   if name in field_names:
@@ -212,8 +229,12 @@ def _check_unique_name(layer: BaseLayer, name: str, what: str) -> None:
     )
 
 
-class _Theta:
-  """`layer.theta.w` / `layer.theta['w']`: the layer's trainable variables."""
+class Theta:
+  """`layer.theta.w` / `layer.theta['w']`: the layer's trainable variables.
+
+  Values are read as arrays in the layer's `fprop_dtype` (variables in the
+  DISALLOW_BFLOAT16_CONVERSION collection keep their dtype under bfloat16).
+  """
 
   def __init__(self, layer: BaseLayer):
     object.__setattr__(self, '_layer', layer)
@@ -228,10 +249,44 @@ class _Theta:
     return self._layer.has_variable(PARAMS, name)
 
 
-class _ThetaDescriptor:
+class ThetaDescriptor:
+  """Makes `layer.theta` a `Theta` of the layer."""
 
   def __get__(self, layer: BaseLayer | None, owner: type[Any]) -> Any:
-    return self if layer is None else _Theta(layer)
+    return self if layer is None else Theta(layer)
+
+
+@struct.dataclass
+class WrappedHParams:
+  """A layer's config stored in the `hyper_params` collection (no leaves)."""
+
+  meta: pax_fiddle.Config = struct.field(pytree_node=False)
+
+
+@struct.dataclass
+class BoxedPartitionSpec:
+  """A `PartitionSpec` (in `meta`) as a pytree leaf-free box."""
+
+  meta: Any = struct.field(pytree_node=False)
+
+
+def is_sublayer_template_or_instance(value: Any) -> bool:
+  """Whether `value` is a layer, a layer config, or a container of them."""
+  if isinstance(value, BaseLayer):
+    return True
+  if isinstance(value, pax_fiddle.Config):
+    cls = fdl.get_callable(value)
+    return isinstance(cls, type) and issubclass(cls, BaseLayer)
+  if isinstance(value, collections.abc.Mapping):
+    if all(isinstance(k, str) for k in value):
+      return is_sublayer_template_or_instance(list(value.values()))
+    return False
+  if isinstance(value, (list, tuple)):
+    layers = [is_sublayer_template_or_instance(v) for v in value]
+    return any(layers) and all(
+        is_layer or v is None for is_layer, v in zip(layers, value)
+    )
+  return False
 
 
 # Fields copied from a parent layer to the children it creates (when unset).
@@ -243,6 +298,51 @@ _INHERITED_IF_NONE = (
     'contiguous_submeshes',
     'mesh_axis_names',
 )
+
+
+def _config_of(layer: BaseLayer) -> pax_fiddle.Config[Any]:
+  kwargs = {}
+  for f in dataclasses.fields(layer):
+    if f.init and f.name != 'parent':
+      value = getattr(layer, f.name)
+      kwargs[f.name] = value.hparams if isinstance(value, BaseLayer) else value
+  return pax_fiddle.Config(type(layer), **kwargs)
+
+
+def _check_dtype_argument(layer: BaseLayer) -> None:
+  """A config passed positionally lands in `dtype`: say what to do instead."""
+  try:
+    if isinstance(layer.dtype, fdl.Buildable):
+      raise TypeError()
+    jnp.dtype(layer.dtype)
+  except TypeError:
+    name = f'{type(layer).__module__}.{type(layer).__qualname__}'
+    raise TypeError(
+        f'Expected first argument to {name} to be a dtype, but got '
+        f'{layer.dtype!r} with type {type(layer.dtype)} instead.  This can '
+        f'happen if you try to instantiate {name} using `{name}(layer_p)`, '
+        'which is no longer supported for Fiddle-configured layers.  Please '
+        'use `layer_p.Instantiate()` instead.'
+    ) from None
+
+
+def _declares_required_field(cls: type[Any]) -> bool:
+  for name, annotation in cls.__dict__.get('__annotations__', {}).items():
+    if 'ClassVar' in str(annotation) or name in cls.__dict__:
+      continue
+    return True
+  return False
+
+
+def _refuse_plain_nested_hparams(cls: type[Any]) -> None:
+  """A nested `HParams` must derive from the base's (the legacy style)."""
+  nested = cls.__dict__.get('HParams')
+  if nested is not None and not getattr(nested, '_pax_hparams_stub', False):
+    raise ValueError(
+        f'For {cls}: PAX layers should no longer use nested HParams classes. '
+        'Instead, add fields directly to the layer class (or derive the '
+        'nested class from the base layer\'s HParams).'
+    )
 
 
 def _has_field(target: Any, name: str) -> bool:
@@ -268,8 +368,9 @@ class BaseLayer(nn.Module):
     activation_split_dims_mapping: Sharding of the outputs (`.out`, ...).
   """
 
-  class WeightSharding(base_hyperparams.FiddleBaseParameterizable):
-    """Sharding of the layer's variables.
+  @dataclasses.dataclass(frozen=True)
+  class WeightSharding(pax_fiddle.CloneAndSetMixin):
+    """Sharding of the layer's variables (a layer's subclass adds fields).
 
     Attributes:
       wt: Split-dims mapping of the main weight.
@@ -277,8 +378,9 @@ class BaseLayer(nn.Module):
 
     wt: SplitDimsMapping = None
 
-  class ActivationSharding(base_hyperparams.FiddleBaseParameterizable):
-    """Sharding of the layer's activations.
+  @dataclasses.dataclass(frozen=True)
+  class ActivationSharding(pax_fiddle.CloneAndSetMixin):
+    """Sharding of the layer's activations (a layer's subclass adds fields).
 
     Attributes:
       out: Split-dims mapping of the output.
@@ -304,9 +406,10 @@ class BaseLayer(nn.Module):
       BaseLayer.ActivationSharding
   ] = template_field(ActivationSharding)
 
-  theta = _ThetaDescriptor()
+  theta = ThetaDescriptor()
 
   def __init_subclass__(cls, **kwargs: Any):
+    _refuse_plain_nested_hparams(cls)
     base_hyperparams.absorb_nested_hparams(cls)
     _rebind_sharding_field(
         cls, 'WeightSharding', 'weight_split_dims_mapping'
@@ -314,11 +417,15 @@ class BaseLayer(nn.Module):
     _rebind_sharding_field(
         cls, 'ActivationSharding', 'activation_split_dims_mapping'
     )
-    kwargs.setdefault('kw_only', True)
+    # Fields follow Pax's order (`Layer(jnp.float16)` sets dtype), but a
+    # class declaring a field without default makes its own fields keyword
+    # only, so that it can (Python refuses it after defaulted fields).
+    kwargs.setdefault('kw_only', _declares_required_field(cls))
     super().__init_subclass__(**kwargs)
     base_hyperparams.install_hparams_stub(cls)
 
   def __post_init__(self):
+    _check_dtype_argument(self)
     super().__post_init__()
     if isinstance(self.parent, BaseLayer):
       self.copy_base_hparams(self.parent, self, assign=object.__setattr__)
@@ -333,9 +440,18 @@ class BaseLayer(nn.Module):
     return pax_fiddle.Config(cls, **kwargs)
 
   @property
-  def hparams(self) -> base_hyperparams.HParamsView:
-    """The layer's hyper-parameters, read-only (`self.hparams.input_dims`)."""
-    return base_hyperparams.HParamsView(self)
+  def hparams(self) -> pax_fiddle.Config[Any]:
+    """A config that builds this layer (`self.hparams.input_dims`), as Pax.
+
+    Child layers held in fields appear as their own `hparams`. Changing the
+    config does not change the layer.
+    """
+    try:
+      return object.__getattribute__(self, '_pax_hparams')
+    except AttributeError:
+      config = _config_of(self)
+      object.__setattr__(self, '_pax_hparams', config)
+      return config
 
   @staticmethod
   def copy_base_hparams(
@@ -398,11 +514,7 @@ class BaseLayer(nn.Module):
     Returns:
       The child layer.
     """
-    if not isinstance(params, fdl.Buildable):
-      raise TypeError(
-          f'{type(self).__name__}.create_child({name!r}): expected a '
-          f'pax_fiddle.Config of a layer, got {type(params).__name__}.'
-      )
+    _check_template(self, name, params)
     _check_unique_name(self, name, 'child')
     created = self._created_names()
     if name in created:
@@ -430,6 +542,7 @@ class BaseLayer(nn.Module):
     _check_unique_name(self, name, 'children')
     children = []
     for i, p in enumerate(params):
+      _check_template(self, f'{name}_{i}', p)
       p = p if skip_clone else p.clone()
       self.copy_base_hparams(self, p)
       p.name = f'{name}_{i}'
@@ -451,8 +564,8 @@ class BaseLayer(nn.Module):
 
   def create_variable(
       self, name: str, var_hparams: WeightHParams, trainable: bool = True
-  ) -> None:
-    """Declares the variable `name` (inside `setup`).
+  ) -> JTensor:
+    """Declares the variable `name` (inside `setup` or an `nn.compact` method).
 
     Trainable variables live in the `params` collection, the others in
     `non_trainable`. Unset `init`/`dtype` come from the layer's
@@ -462,6 +575,9 @@ class BaseLayer(nn.Module):
       name: The variable's name.
       var_hparams: Its declaration.
       trainable: Whether the optimizer updates it.
+
+    Returns:
+      Its current value (as `theta` or `get_var` read it).
     """
     if not (self._state.in_setup or self._state.in_compact_method):
       raise ValueError(
@@ -470,20 +586,20 @@ class BaseLayer(nn.Module):
       )
     _check_unique_name(self, name, 'variable')
     hp = self._complete_weight_hparams(var_hparams, trainable)
+    self._weight_hparams()[name] = hp
     path = '/'.join(self.scope.path + (name,)) if self.scope else name
 
     if trainable:
       self.param(
           name, lambda key: BoxedParam(init_var(path, hp, key), meta=hp)
       )
-    else:
-      self.variable(
-          NON_TRAINABLE,
-          name,
-          lambda: BoxedParam(
-              init_var(path, hp, self.make_rng(PARAMS)), meta=hp
-          ),
-      )
+      return self._read_param(name)
+    self.variable(
+        NON_TRAINABLE,
+        name,
+        lambda: BoxedParam(init_var(path, hp, self.make_rng(PARAMS)), meta=hp),
+    )
+    return self.get_var(name)
 
   def _complete_weight_hparams(
       self, var_hparams: WeightHParams, trainable: bool
@@ -503,6 +619,15 @@ class BaseLayer(nn.Module):
         hp.tensor_split_dims_mapping = (-1,) * len(hp.shape)
     return hp
 
+  def _weight_hparams(self) -> dict[str, WeightHParams]:
+    """The declarations of the variables this layer created, by name."""
+    try:
+      return object.__getattribute__(self, '_pax_weight_hparams')
+    except AttributeError:
+      declared: dict[str, WeightHParams] = {}
+      object.__setattr__(self, '_pax_weight_hparams', declared)
+      return declared
+
   def _read_param(self, name: str) -> JTensor:
     self._try_setup()
     if not self.has_variable(PARAMS, name):
@@ -510,21 +635,35 @@ class BaseLayer(nn.Module):
           f'{type(self).__name__} has no trainable variable {name!r} (did '
           'setup() create it?).'
       )
-    value = flax_core.meta.unbox(self.get_variable(PARAMS, name))
-    return self._cast_to_fprop_dtype(value)
-
-  def _cast_to_fprop_dtype(self, value: JTensor) -> JTensor:
-    if self.fprop_dtype is None or not jnp.issubdtype(
-        value.dtype, jnp.floating
+    # Restored checkpoints may hand numpy arrays: read them as jax arrays.
+    value = jnp.asarray(flax_core.meta.unbox(self.get_variable(PARAMS, name)))
+    hp = self._weight_hparams().get(name)
+    if (
+        self.fprop_dtype == jnp.bfloat16
+        and hp is not None
+        and var_disallow_bfloat16_conversion(hp)
     ):
       return value
-    return value.astype(self.fprop_dtype)
+    return self._cast_to_fprop_dtype(value)
+
+  def _cast_to_fprop_dtype(self, value: Any) -> Any:
+    """Floating-point leaves of `value` in `fprop_dtype`."""
+
+    def cast(x: Any) -> Any:
+      if x is None or self.fprop_dtype is None:
+        return x
+      if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != self.fprop_dtype:
+        return x.astype(self.fprop_dtype)
+      return x
+
+    return jax.tree.map(cast, value)
 
   def get_var(self, name: str) -> JTensor:
     """The current value of the non-trainable variable `name`."""
     for collection in (NON_TRAINABLE, PARAMS):
       if self.has_variable(collection, name):
-        return flax_core.meta.unbox(self.get_variable(collection, name))
+        value = flax_core.meta.unbox(self.get_variable(collection, name))
+        return jnp.asarray(value)
     raise ValueError(f'{type(self).__name__} has no variable {name!r}.')
 
   def update_var(self, name: str, new_val: JTensor) -> None:
@@ -676,6 +815,59 @@ class BaseLayer(nn.Module):
     outputs, updated = result
     return outputs, flax_core.unfreeze(maybe_unbox_value(updated))
 
+  @nn.nowrap
+  def _try_setup(self, shallow: bool = False) -> None:
+    before = self._state.setup_called
+    super()._try_setup(shallow=shallow)
+    if before != self._state.setup_called:
+      self._maybe_record_hparams()
+
+  def _maybe_record_hparams(self) -> None:
+    """Under `abstract_init_with_mdl_config`, stores this layer's config."""
+    context = JaxContext.top()
+    if not (context and context.hparams.self_reflect_configs):
+      return
+    if not self.is_initializing():
+      return
+    kwargs = {}
+    for f in dataclasses.fields(self):
+      if not f.init or f.name == 'parent':
+        continue
+      value = getattr(self, f.name)
+      kwargs[f.name] = None if is_sublayer_template_or_instance(value) else value
+    config = pax_fiddle.Config(type(self), **kwargs)
+    self.put_variable(HYPER_PARAMS, '_hparams', WrappedHParams(config))
+
+  def _abstract_init(
+      self,
+      *args: Any,
+      do_eval: bool,
+      method: Any,
+      extra_mutable_list: Sequence[str] | None,
+      self_reflect_configs: bool = False,
+      **kwargs: Any,
+  ) -> dict[str, Any]:
+    """`jax.eval_shape` of `init`: variables as boxes of shapes."""
+    mutable = DEFAULT_INIT_MUTABLE_LIST + list(extra_mutable_list or [])
+    if self_reflect_configs:
+      mutable.append(HYPER_PARAMS)
+    key = jax.random.PRNGKey(1)
+    rngs = {PARAMS: key, RANDOM: key, NON_PAX_RNG_KEY: key}
+    if self.fprop_dtype == jnp.bfloat16:
+      args, kwargs = jax.tree.map(_to_bfloat16_shape, (args, kwargs))
+
+    def init_fn(*inputs):
+      return nn.Module.init(
+          self, rngs, *inputs, method=method, mutable=mutable, **kwargs
+      )
+
+    context = JaxContext.HParams(
+        do_eval=do_eval, self_reflect_configs=self_reflect_configs
+    )
+    with JaxContext.new_context(hparams=context):
+      variables = jax.eval_shape(init_fn, *args)
+    return flax_core.unfreeze(variables)
+
   def abstract_init_with_metadata(
       self,
       *args: Any,
@@ -697,21 +889,46 @@ class BaseLayer(nn.Module):
       `{'params': {...}, 'non_trainable': {...}}` of `WeightHParams`, with
       full shapes, dtypes and shardings.
     """
-    mutable = DEFAULT_INIT_MUTABLE_LIST + list(extra_mutable_list or [])
-    key = jax.random.PRNGKey(1)
-    rngs = {PARAMS: key, RANDOM: key, NON_PAX_RNG_KEY: key}
-
-    def init_fn(*inputs):
-      return nn.Module.init(
-          self, rngs, *inputs, method=method, mutable=mutable, **kwargs
-      )
-
-    context = JaxContext.HParams(do_eval=do_eval)
-    with JaxContext.new_context(hparams=context):
-      variables = jax.eval_shape(init_fn, *args)
-    variables = flax_core.unfreeze(variables)
+    variables = self._abstract_init(
+        *args, do_eval=do_eval, method=method,
+        extra_mutable_list=extra_mutable_list, **kwargs,
+    )
     variables.pop('params_axes', None)
     return unbox_meta(variables)
+
+  def abstract_init_with_mdl_config(
+      self,
+      *args: Any,
+      do_eval: bool = False,
+      method: Any = None,
+      extra_mutable_list: Sequence[str] | None = None,
+      **kwargs: Any,
+  ) -> dict[str, Any]:
+    """The config of every layer of the model, as built, without memory.
+
+    Runs `init` abstractly; each layer records a `pax_fiddle.Config` of its
+    fields (children and child templates set to None) under `_hparams`.
+
+    Args:
+      *args: Inputs (arrays or `jax.ShapeDtypeStruct`s) as for `init`.
+      do_eval: Initialise in eval mode.
+      method: The method to trace (default `__call__`).
+      extra_mutable_list: Collections to create beyond the defaults.
+      **kwargs: Keyword inputs.
+
+    Returns:
+      `{'_hparams': Config, '<child>': {'_hparams': Config, ...}, ...}`.
+    """
+    variables = self._abstract_init(
+        *args, do_eval=do_eval, method=method,
+        extra_mutable_list=extra_mutable_list, self_reflect_configs=True,
+        **kwargs,
+    )
+    return jax.tree.map(
+        lambda x: x.meta,
+        variables.get(HYPER_PARAMS, {}),
+        is_leaf=lambda x: isinstance(x, WrappedHParams),
+    )
 
 
 base_hyperparams.install_hparams_stub(BaseLayer)
@@ -723,12 +940,22 @@ def _rebind_sharding_field(cls: type[Any], nested: str, field: str) -> None:
   sharding_cls = cls.__dict__.get(nested)
   if sharding_cls is None:
     return
+  if '__setattr__' not in sharding_cls.__dict__:  # Not yet a frozen dataclass.
+    dataclasses.dataclass(frozen=True)(sharding_cls)
   annotations = cls.__dict__.get('__annotations__')
   if annotations is None:
     annotations = {}
     cls.__annotations__ = annotations
   annotations[field] = pax_fiddle.Config[sharding_cls]
   setattr(cls, field, template_field(sharding_cls))
+
+
+def _to_bfloat16_shape(x: Any) -> Any:
+  """float32 arrays as bfloat16 shapes (for abstract init); others as is."""
+  if not hasattr(x, 'dtype') or not hasattr(x, 'shape'):
+    return x
+  dtype = jnp.bfloat16 if x.dtype == jnp.float32 else x.dtype
+  return jax.ShapeDtypeStruct(x.shape, dtype)
 
 
 def assert_has_shape(t: JTensor, shape: Sequence[int]) -> None:

@@ -313,14 +313,28 @@ class ConfigErrorsTest(test_utils.TestCase):
       instantiate(pax_fiddle.Config(Needs, name='n'))
     self.assertEqual(instantiate(pax_fiddle.Config(Needs, dims=3)).dims, 3)
 
-  def test_hparams_view_is_read_only(self):
+  def test_hparams_is_a_config_of_the_layer(self):
     layer = instantiate(pax_fiddle.Config(Lin, name='l', output_dims=7))
+    self.assertIsInstance(layer.hparams, pax_fiddle.Config)
     self.assertEqual(layer.hparams.output_dims, 7)
-    with self.assertRaisesRegex(AttributeError, 'read-only'):
-      layer.hparams.output_dims = 3
+    self.assertIs(layer.hparams.cls, Lin)
     clone = layer.hparams.clone()
-    self.assertIsInstance(clone, pax_fiddle.Config)
-    self.assertEqual(clone.output_dims, 7)
+    clone.output_dims = 3
+    self.assertEqual((layer.output_dims, layer.hparams.output_dims), (7, 7))
+    self.assertEqual(instantiate(clone).output_dims, 3)
+
+  def test_positional_dtype_and_a_config_by_mistake(self):
+    self.assertEqual(Lin(jnp.bfloat16).dtype, jnp.bfloat16)
+    with self.assertRaisesRegex(TypeError, r'layer_p\.Instantiate\(\)'):
+      Lin(pax_fiddle.Config(Lin))
+
+  def test_plain_nested_hparams_class_refused(self):
+    with self.assertRaisesRegex(ValueError, 'no longer use nested HParams'):
+
+      class Plain(base_layer.BaseLayer):  # pylint: disable=unused-variable
+
+        class HParams:
+          x: int = 0
 
   def test_neither_call_nor_fprop(self):
 
@@ -484,6 +498,130 @@ class ShardingMetadataTest(test_utils.TestCase):
                                   * 2)
     self.assertEqual(y.sharding.spec, jax.sharding.PartitionSpec('data', 'mdl'))
     self.assertIs(base_layer.maybe_shard(x, None, ('data',)), x)
+
+
+class KeepsF32(base_layer.BaseLayer):
+  """A variable that bfloat16 fprop must not convert."""
+
+  def setup(self):
+    self.create_variable('scale', WeightHParams(
+        shape=[2], init=WeightInit.Constant(1.0 + 2.0**-10),
+        collections=[base_layer.WeightHParamsCollection
+                     .DISALLOW_BFLOAT16_CONVERSION]))
+    self.create_variable('w', WeightHParams(
+        shape=[2], init=WeightInit.Constant(1.0 + 2.0**-10)))
+
+  def __call__(self, x):
+    return self.theta.scale, self.theta.w
+
+
+class ParentOfInstances(base_layer.BaseLayer):
+  """A child template and a child instance."""
+
+  lin_tpl: pax_fiddle.Config[Lin] = base_layer.template_field(Lin)
+  inner: Lin | None = base_layer.instance_field(lambda: Lin(output_dims=4))
+  scale: float = 2.0
+
+  def setup(self):
+    self.create_child('lin', self.lin_tpl.clone().set(output_dims=5))
+
+  def __call__(self, x):
+    return self.lin(x), self.inner(x)
+
+
+class ReadingTest(test_utils.TestCase):
+
+  def test_numpy_variables_are_read_as_jax_arrays(self):
+    layer = instantiate(pax_fiddle.Config(Stats, name='s'))
+    x = np.ones((1, 2), np.float32)
+    variables = jax.tree.map(np.asarray, _init(layer, x))
+    self.assertIsInstance(variables['non_trainable']['count'], np.ndarray)
+    _, updated = layer.apply(variables, x, mutable=True)
+    self.assertEqual(float(updated['non_trainable']['count']), 1.0)
+    lin = instantiate(pax_fiddle.Config(Lin, name='lin'))
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    self.assertAllClose(lin.apply({'params': {'w': w}}, x), x @ w)
+
+  def test_bfloat16_fprop_keeps_disallowed_variables(self):
+    layer = instantiate(pax_fiddle.Config(
+        KeepsF32, name='k', fprop_dtype=jnp.bfloat16))
+    variables = _init(layer, jnp.ones(2))
+    scale, w = layer.apply(variables, jnp.ones(2))
+    self.assertEqual((scale.dtype, w.dtype), (jnp.float32, jnp.bfloat16))
+    # 1 + 2**-10 is not a bfloat16 number: only the kept variable has it.
+    self.assertEqual(float(scale[0]), 1.0 + 2.0**-10)
+    self.assertEqual(float(w[0]), 1.0)
+
+  def test_create_variable_returns_the_value_in_compact(self):
+
+    class Bias(base_layer.BaseLayer):
+
+      @nn.compact
+      def __call__(self, x):
+        b = self.create_variable('b', WeightHParams(
+            shape=[2], init=WeightInit.Constant(0.5)))
+        x, b = self._cast_to_fprop_dtype((x, b))
+        return x + b
+
+    layer = instantiate(pax_fiddle.Config(Bias, fprop_dtype=jnp.bfloat16))
+    x = jnp.ones(2)
+    out = layer.apply(_init(layer, x), x)
+    self.assertEqual(out.dtype, jnp.bfloat16)
+    self.assertAllClose(out.astype(np.float32), np.full(2, 1.5, np.float32))
+
+
+class MdlConfigTest(test_utils.TestCase):
+
+  def test_every_layer_records_its_config(self):
+    p = pax_fiddle.Config(ParentOfInstances, name='top', dtype=jnp.bfloat16)
+    configs = instantiate(p).abstract_init_with_mdl_config(jnp.ones((1, 2)))
+    self.assertEqual(set(configs), {'_hparams', 'lin', 'inner'})
+    top = configs['_hparams']
+    self.assertIs(top.cls, ParentOfInstances)
+    self.assertEqual((top.scale, top.dtype), (2.0, jnp.bfloat16))
+    # Children and templates are recorded where they are built, not here.
+    self.assertIsNone(top.lin_tpl)
+    self.assertIsNone(top.inner)
+    self.assertEqual(configs['lin']['_hparams'].output_dims, 5)
+    self.assertEqual(configs['inner']['_hparams'].output_dims, 4)
+    # Children inherit the dtype they did not set.
+    self.assertEqual(configs['inner']['_hparams'].dtype, jnp.bfloat16)
+    text = base_hyperparams.nested_struct_to_text(configs)
+    self.assertIn('lin._hparams.output_dims : 5', text)
+
+  def test_sublayer_detection(self):
+    is_sub = base_layer.is_sublayer_template_or_instance
+    self.assertTrue(is_sub(pax_fiddle.Config(Lin)))
+    self.assertTrue(is_sub([pax_fiddle.Config(Lin), None]))
+    self.assertTrue(is_sub({'a': Lin()}))
+    self.assertFalse(is_sub([None, None]))
+    self.assertFalse(is_sub([pax_fiddle.Config(Lin), 3]))
+    self.assertFalse(is_sub(pax_fiddle.Config(WeightInit, 'xavier', 1.0)))
+
+
+class ContextSummariesTest(test_utils.TestCase):
+
+  def test_summary_dict_numbers_repeated_names(self):
+    with base_layer.JaxContext.new_context() as context:
+      context.summary_dict.add_summary(
+          'm', jnp.ones(3), base_layer.SummaryType.SCALAR)
+      context.summary_dict.add_summary(
+          'm', jnp.ones((2, 2)), base_layer.SummaryType.AUDIO)
+      context.summary_dict.add_summary(
+          'm', jnp.ones(()), base_layer.SummaryType.SCALAR)
+      base_layer.add_global_summary('g', jnp.ones((), jnp.bfloat16))
+      got = base_layer.all_global_summaries()
+    self.assertEqual(set(got), {'m_scalar', 'm_audio', 'm1_scalar',
+                                'g_scalar'})
+    self.assertEqual(got['m_audio'].shape, (1, 2, 2))
+    self.assertEqual(got['g_scalar'].dtype, jnp.float32)
+
+  def test_pax_aliases(self):
+    self.assertIs(base_layer.JTensorOrPartitionSpec,
+                  base_layer.pytypes.JTensorOrPartitionSpec)
+    self.assertIs(base_layer.Theta, type(Lin().theta))
+    box = base_layer.BoxedPartitionSpec(meta=jax.sharding.PartitionSpec('x'))
+    self.assertEqual(jax.tree.leaves(box), [])
 
 
 if __name__ == '__main__':
