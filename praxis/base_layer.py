@@ -116,6 +116,12 @@ trim_summary_type_from_key = _jax_context.trim_summary_type_from_key
 add_global_summary = _jax_context.add_global_summary
 clear_global_summary = _jax_context.clear_global_summary
 all_global_summaries = _jax_context.all_global_summaries
+# The public classes above are shown (repr, model_params.txt, pickles) under
+# this module, as in Pax.
+for _cls in (WeightInit, WeightHParams, WeightHParamsCollection, BoxedParam,
+             JaxContext, SummaryType, SummaryVerbosity):
+  _cls.__module__ = __name__
+del _cls
 # Re-exports: configuration.
 instantiate = base_hyperparams.instantiate
 template_field = pax_fiddle.template_field

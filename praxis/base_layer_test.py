@@ -1,5 +1,7 @@
 """Tests of BaseLayer: variables, children, collections, dtypes, metadata."""
 
+import pickle
+
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import linen as nn
@@ -620,6 +622,12 @@ class ContextSummariesTest(test_utils.TestCase):
     self.assertIs(base_layer.JTensorOrPartitionSpec,
                   base_layer.pytypes.JTensorOrPartitionSpec)
     self.assertIs(base_layer.Theta, type(Lin().theta))
+    init = WeightInit.Gaussian(2.0)
+    self.assertEqual(pickle.loads(pickle.dumps(init)), init)
+    self.assertEqual(
+        base_hyperparams.nested_struct_to_text(
+            pax_fiddle.Config(WeightInit, 'constant', 1.0)).splitlines()[0],
+        'cls : type/praxis.base_layer/WeightInit')
     box = base_layer.BoxedPartitionSpec(meta=jax.sharding.PartitionSpec('x'))
     self.assertEqual(jax.tree.leaves(box), [])
 
