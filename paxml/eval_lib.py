@@ -1,13 +1,14 @@
 """Eval and decode jobs: follow a training job's checkpoints as they appear.
 
-Public names: evaluate, decode.
+Public names: evaluate, decode, run_eval_programs, run_decode_programs,
+CheckpointType, RunningMode.
 """
 
 from __future__ import annotations
 
 import pathlib
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 from absl import logging
 import jax
@@ -18,6 +19,65 @@ from paxml import programs
 from paxml import train
 
 _POLL_SECONDS = 10.0
+CheckpointType = checkpoints.CheckpointType
+RunningMode = train.RunningMode
+
+
+class _EvalMetrics(NamedTuple):
+  """Pax's `tuning_lib.EvalMetrics`: one entry per eval program."""
+
+  metrics_list: Sequence[dict[str, float] | None] | None = None
+  scoring_metrics_list: Sequence[dict[str, float] | None] | None = None
+  steps_per_sec: float | None = None
+  input_names: Sequence[str] | None = None
+
+
+class _DecodeMetrics(NamedTuple):
+  """Pax's `tuning_lib.DecodeMetrics`: one entry per decode program."""
+
+  metrics_list: Sequence[dict[str, float] | None] | None = None
+  processed_metrics_list: Sequence[dict[str, float] | None] | None = None
+  seqio_metrics_list: Sequence[dict[str, float] | None] | None = None
+  steps_per_sec: float | None = None
+  input_names: Sequence[str] | None = None
+
+
+def run_eval_programs(*, eval_programs: Sequence[programs.BaseEvalProgram],
+                      train_state: Any, step: int) -> tuple[_EvalMetrics,
+                                                            float]:
+  """Runs each eval program on `train_state` at `step`.
+
+  Returns:
+    (their metrics, with evaluated batches per second; the seconds taken).
+  """
+  start = time.time()
+  outs = [program.run(train_state, step) for program in eval_programs]
+  elapsed = time.time() - start
+  return _EvalMetrics(
+      metrics_list=[o.eval_metrics for o in outs],
+      scoring_metrics_list=[o.eval_scoring_metrics for o in outs],
+      steps_per_sec=sum(o.num_eval_steps for o in outs) / max(elapsed, 1e-9),
+      input_names=[p.eval_input.name for p in eval_programs]), elapsed
+
+
+def run_decode_programs(
+    *, decode_programs: Sequence[decode_programs_lib.SingleTaskDecodeProgram],
+    train_state: Any, step: int) -> tuple[_DecodeMetrics, float]:
+  """Runs each decode program on `train_state` at `step`.
+
+  Returns:
+    (their metrics, with decoded batches per second; the seconds taken).
+  """
+  start = time.time()
+  outs = [program.run(train_state, step) for program in decode_programs]
+  elapsed = time.time() - start
+  return _DecodeMetrics(
+      metrics_list=[o.decode_metrics for o in outs],
+      processed_metrics_list=[o.processed_decode_metrics for o in outs],
+      seqio_metrics_list=[o.seqio_metrics for o in outs],
+      steps_per_sec=sum(o.num_decode_steps for o in outs) / max(elapsed,
+                                                                  1e-9),
+      input_names=[p.decode_input.name for p in decode_programs]), elapsed
 
 
 def _follow_checkpoints(configs: train.ExperimentConfigs,
@@ -52,8 +112,13 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
       continue
     state, _ = checkpointer.restore(
         step, abstract_state=executors.abstract_train_state(partitioner))
-    for program in progs:
-      program.run(state, step)
+    run_eval_programs(eval_programs=[
+        p for p in progs if isinstance(p, programs.BaseEvalProgram)],
+                      train_state=state, step=step)
+    run_decode_programs(decode_programs=[
+        p for p in progs
+        if isinstance(p, decode_programs_lib.SingleTaskDecodeProgram)],
+                        train_state=state, step=step)
     done = step
     if once or options.restore_checkpoint_step or (
         step >= int(task.train.num_train_steps)):
@@ -74,14 +139,100 @@ def _decode_programs(configs, with_eval=False):
   return progs + (_eval_programs(configs) if with_eval else [])
 
 
-def evaluate(configs: train.ExperimentConfigs,
-             options: executors.RunOptions) -> None:
-  """Evaluates each new checkpoint of the training job (`--mode=eval`)."""
-  _follow_checkpoints(configs, options, False, _eval_programs, 'eval_')
+def _options(job_log_dir: Any, mode: str, **fields: Any
+             ) -> executors.RunOptions:
+  if isinstance(job_log_dir, executors.RunOptions):
+    return job_log_dir
+  return executors.RunOptions(job_log_dir=pathlib.Path(job_log_dir), mode=mode,
+                              **fields)
 
 
-def decode(configs: train.ExperimentConfigs, options: executors.RunOptions,
-           once: bool = False) -> None:
-  """Decodes new checkpoints (`--mode=decode`), or the latest once."""
+def evaluate(
+    experiment_config: Any,
+    job_log_dir: Any,
+    maybe_use_persistence_checkpointing: bool = False,
+    restore_checkpoint_dir: Any = None,
+    restore_checkpoint_step: int | None = None,
+    early_stopping_fn: Any = None,
+    enable_auto_sharding: bool = False,
+    enforce_restore_shape_check: bool = False,
+    tensorstore_use_ocdbt: bool = False,
+    enable_summary_writer: bool = True,
+) -> None:
+  """Evaluates each new checkpoint of the training job (`--mode=eval`).
+
+  Pax's signature; `evaluate(configs, run_options)` also works. Arguments
+  about checkpoint formats and auto-sharding are ignored.
+
+  Args:
+    experiment_config: The experiment or its ExperimentConfigs.
+    job_log_dir: The run's directory (or a RunOptions).
+    maybe_use_persistence_checkpointing: Ignored.
+    restore_checkpoint_dir: Checkpoints to read (default: the job's).
+    restore_checkpoint_step: Evaluate this step only.
+    early_stopping_fn: Ignored.
+    enable_auto_sharding: Ignored.
+    enforce_restore_shape_check: Ignored (shapes are always checked).
+    tensorstore_use_ocdbt: Ignored.
+    enable_summary_writer: Write TensorBoard summaries.
+  """
+  del (maybe_use_persistence_checkpointing, early_stopping_fn,
+       enable_auto_sharding, enforce_restore_shape_check,
+       tensorstore_use_ocdbt)
+  options = _options(
+      job_log_dir, 'eval', restore_checkpoint_dir=restore_checkpoint_dir,
+      restore_checkpoint_step=restore_checkpoint_step,
+      enable_summary_writer=enable_summary_writer)
+  _follow_checkpoints(train.as_experiment_configs(experiment_config), options,
+                      False, _eval_programs, 'eval_')
+
+
+def decode(
+    experiment_config: Any,
+    job_log_dir: Any,
+    maybe_use_persistence_checkpointing: bool = False,
+    restore_checkpoint_dir: Any = None,
+    restore_checkpoint_step: int | None = None,
+    continuous_decode: bool = True,
+    run_eval: bool | None = False,
+    early_stopping_fn: Any = None,
+    enable_auto_sharding: bool = False,
+    output_pickle: bool = True,
+    enforce_restore_shape_check: bool = False,
+    tensorstore_use_ocdbt: bool = False,
+    enable_summary_writer: bool = True,
+    *,
+    once: bool | None = None,
+) -> None:
+  """Decodes new checkpoints (`--mode=decode`), or the latest once.
+
+  Pax's signature; `decode(configs, run_options, once=...)` also works.
+
+  Args:
+    experiment_config: The experiment or its ExperimentConfigs.
+    job_log_dir: The run's directory (or a RunOptions).
+    maybe_use_persistence_checkpointing: Ignored.
+    restore_checkpoint_dir: Checkpoints to read (default: the job's).
+    restore_checkpoint_step: Decode this step only.
+    continuous_decode: Follow new checkpoints (else decode the latest once).
+    run_eval: Also run the eval programs.
+    early_stopping_fn: Ignored.
+    enable_auto_sharding: Ignored.
+    output_pickle: Ignored (outputs are JSON lines).
+    enforce_restore_shape_check: Ignored (shapes are always checked).
+    tensorstore_use_ocdbt: Ignored.
+    enable_summary_writer: Write TensorBoard summaries.
+    once: Decode the latest checkpoint once (overrides continuous_decode).
+  """
+  del (maybe_use_persistence_checkpointing, early_stopping_fn,
+       enable_auto_sharding, output_pickle, enforce_restore_shape_check,
+       tensorstore_use_ocdbt)
+  options = _options(
+      job_log_dir, 'decode', restore_checkpoint_dir=restore_checkpoint_dir,
+      restore_checkpoint_step=restore_checkpoint_step,
+      eval_during_decode=bool(run_eval),
+      enable_summary_writer=enable_summary_writer)
+  once = (not continuous_decode) if once is None else once
   make = lambda c: _decode_programs(c, options.eval_during_decode)
-  _follow_checkpoints(configs, options, once, make, 'decode_')
+  _follow_checkpoints(train.as_experiment_configs(experiment_config), options,
+                      once, make, 'decode_')

@@ -20,10 +20,14 @@ from absl import logging
 import jax
 from paxml import base_executor
 from paxml import checkpoints
+from paxml import train_states
 from paxml import trainer_lib
 from praxis import base_hyperparams
 
 instantiate = base_hyperparams.instantiate
+RunningMode = trainer_lib.RunningMode
+TrainState = train_states.TrainState
+TrainStateProvenance = train_states.TrainStateProvenance
 
 
 @dataclasses.dataclass(frozen=True)

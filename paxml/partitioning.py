@@ -38,6 +38,8 @@ from absl import logging
 import jax
 import numpy as np
 from paxml import _partitioned_step
+from paxml import checkpoint_types
+from paxml import train_states
 from paxml import trainer_lib
 from praxis import py_utils
 from praxis import trees
@@ -45,6 +47,9 @@ from praxis import trees
 NamedSharding = jax.sharding.NamedSharding
 PartitionSpec = jax.sharding.PartitionSpec
 RunningMode = trainer_lib.RunningMode
+CheckpointType = checkpoint_types.CheckpointType
+TrainState = train_states.TrainState
+TrainStateProvenance = train_states.TrainStateProvenance
 StepFnOutput = trainer_lib.StepFnOutput
 BaseStepFnStaticArgs = trainer_lib.BaseStepFnStaticArgs
 TrainStateMetadata = trainer_lib.TrainStateMetadata

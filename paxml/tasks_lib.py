@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 from paxml import base_metrics
 from paxml import base_task
+from paxml import checkpoint_types
 from paxml import learners as learners_lib
 from paxml import train_states
 from praxis import base_hyperparams
@@ -55,6 +56,10 @@ from praxis import trees
 NestedMap = py_utils.NestedMap
 PartitionSpec = jax.sharding.PartitionSpec
 TrainState = train_states.TrainState
+TensorProvenance = train_states.TensorProvenance
+TrainStateProvenance = train_states.TrainStateProvenance
+CheckpointType = checkpoint_types.CheckpointType
+RegexStr = str
 WeightHParams = base_layer.WeightHParams
 instantiate = base_hyperparams.instantiate
 NO_PREFIX_KEY = learners_lib.NO_PREFIX_KEY

@@ -1,7 +1,9 @@
 """Training an experiment: set up task, inputs, mesh, state, and run the loop.
 
-Public names: ExperimentConfigs, train_and_evaluate, write_hparams_file,
-write_post_init_model_hparams_file, setup_run.
+Public names: ExperimentConfigs, as_experiment_configs, train_and_evaluate,
+write_hparams_file, write_experiment_class_vars_file,
+write_post_init_model_hparams_file, setup_run, Checkpointer, CheckpointType,
+RunningMode.
 
 `write_post_init_model_hparams_file` here writes the runner's table of
 variables (path, shape, dtype, partition spec); Pax's two-part file is
@@ -14,7 +16,6 @@ import dataclasses
 import pathlib
 from typing import Any
 
-from absl import logging
 from fiddle.absl_flags import utils as fdl_flag_utils
 import jax
 from paxml import base_experiment
@@ -30,6 +31,9 @@ from praxis import base_layer
 from praxis import pax_fiddle
 
 instantiate = base_hyperparams.instantiate
+Checkpointer = checkpoints.Checkpointer
+CheckpointType = checkpoints.CheckpointType
+RunningMode = trainer_lib.RunningMode
 
 
 @dataclasses.dataclass
@@ -108,9 +112,27 @@ def _share_provider_input(provider: Any, datasets: list[Any]) -> None:
       return
 
 
-def write_hparams_file(configs: ExperimentConfigs, job_log_dir: pathlib.Path,
+def as_experiment_configs(experiment_config: Any) -> ExperimentConfigs:
+  """An experiment (Pax's `BaseExperiment`) as ExperimentConfigs, or as is."""
+  if isinstance(experiment_config, ExperimentConfigs):
+    return experiment_config
+  if not isinstance(experiment_config, base_experiment.BaseExperiment):
+    raise TypeError('Expected a BaseExperiment instance or ExperimentConfigs, '
+                    f'got {type(experiment_config).__name__}.')
+  return ExperimentConfigs.from_experiment(
+      experiment_config, type(experiment_config).__name__)
+
+
+def write_hparams_file(model_config: Any, job_log_dir: Any,
                        filename_prefix: str = '') -> None:
-  """Writes the resolved configs to `<job_log_dir>/model_params.txt`."""
+  """Writes the resolved configs to `<job_log_dir>/model_params.txt`.
+
+  Args:
+    model_config: The experiment (`BaseExperiment`) or its ExperimentConfigs.
+    job_log_dir: The run's directory.
+    filename_prefix: Prefix of the file name (e.g. 'eval_').
+  """
+  configs = as_experiment_configs(model_config)
   parts = [base_hyperparams.nested_struct_to_text(d)
            for d in configs.datasets + configs.decode_datasets]
   parts.append(base_hyperparams.nested_struct_to_text(configs.task))
@@ -137,6 +159,33 @@ def write_post_init_model_hparams_file(
         f'collections={list(hp.collections or [])}')
   path = pathlib.Path(job_log_dir) / f'{filename_prefix}post_init_model_params.txt'
   path.write_text('\n'.join(lines) + '\n')
+
+
+def write_experiment_class_vars_file(exp_cls: type[Any], job_log_dir: Any,
+                                     filename_prefix: str = '') -> None:
+  """Writes `<prefix>experiment_cls_vars.txt`: the experiment's class vars.
+
+  One `NAME = value` line per upper-case class attribute, the class's own
+  and its bases', grouped by the class that sets them (process 0 only).
+
+  Args:
+    exp_cls: The experiment class.
+    job_log_dir: The run's directory.
+    filename_prefix: Prefix of the file name.
+  """
+  if jax.process_index() != 0:
+    return
+  sections = []
+  for cls in reversed(exp_cls.__mro__):
+    names = [n for n in vars(cls) if n.isupper() and not n.startswith('_')]
+    if names:
+      lines = [f'    {n} = {vars(cls)[n]!r}' for n in sorted(names)]
+      sections.append(f'{cls.__module__}.{cls.__qualname__}:\n' +
+                      '\n'.join(lines))
+  job_log_dir = pathlib.Path(job_log_dir)
+  job_log_dir.mkdir(parents=True, exist_ok=True)
+  (job_log_dir / f'{filename_prefix}experiment_cls_vars.txt').write_text(
+      '\n\n'.join(sections) + '\n')
 
 
 def _input_specs_provider(configs: ExperimentConfigs) -> Any:
@@ -166,17 +215,76 @@ def setup_run(configs: ExperimentConfigs, options: executors.RunOptions,
   return task, partitioner
 
 
-def train_and_evaluate(configs: ExperimentConfigs,
-                       options: executors.RunOptions) -> Any:
+def train_and_evaluate(
+    experiment_config: Any,
+    job_log_dir: Any,
+    maybe_use_persistence_checkpointing: bool = False,
+    eval_on_test: bool | None = False,
+    checkpoint_todelete_subdir: str | None = None,
+    early_stopping_fn: Any = None,
+    run_decode: bool = False,
+    enable_auto_sharding: bool = False,
+    enable_async_checkpointing: bool = True,
+    enable_checkpoint_saving: bool = True,
+    enforce_restore_shape_check: bool = False,
+    tensorstore_use_ocdbt: bool = False,
+    exit_after_ondemand_checkpoint: bool = False,
+    override_num_train_steps: int | None = None,
+    enable_summary_writer: bool = True,
+    async_timeout_secs: int | None = None,
+    train_first_result_callback_fn: Any = None,
+) -> Any:
   """Trains (resuming from the latest checkpoint), evaluating and decoding.
 
+  Pax's signature; `train_and_evaluate(configs, run_options)` (an
+  ExperimentConfigs and `executors.RunOptions`, as `paxml.main` calls it)
+  also works. Arguments about checkpoint formats, auto-sharding and timeouts
+  are accepted and ignored.
+
   Args:
-    configs: The experiment's configs (after command-line overrides).
-    options: How to run.
+    experiment_config: The experiment (`BaseExperiment`) or its
+      ExperimentConfigs.
+    job_log_dir: The run's directory (or a RunOptions).
+    maybe_use_persistence_checkpointing: Ignored.
+    eval_on_test: Run the eval programs during training.
+    checkpoint_todelete_subdir: Ignored.
+    early_stopping_fn: Ignored.
+    run_decode: Run the decode programs during training.
+    enable_auto_sharding: Ignored.
+    enable_async_checkpointing: Ignored (saves are asynchronous).
+    enable_checkpoint_saving: Write checkpoints.
+    enforce_restore_shape_check: Ignored (shapes are always checked).
+    tensorstore_use_ocdbt: Ignored.
+    exit_after_ondemand_checkpoint: Ignored.
+    override_num_train_steps: Train this many steps instead.
+    enable_summary_writer: Write TensorBoard summaries.
+    async_timeout_secs: Ignored.
+    train_first_result_callback_fn: Called with True after the first step.
 
   Returns:
     The final train state.
   """
+  del (maybe_use_persistence_checkpointing, checkpoint_todelete_subdir,
+       early_stopping_fn, enable_auto_sharding, enable_async_checkpointing,
+       enforce_restore_shape_check, tensorstore_use_ocdbt,
+       exit_after_ondemand_checkpoint, async_timeout_secs)
+  configs = as_experiment_configs(experiment_config)
+  if isinstance(job_log_dir, executors.RunOptions):
+    options = job_log_dir
+  else:
+    options = executors.RunOptions(
+        job_log_dir=pathlib.Path(job_log_dir), eval_on_test=bool(eval_on_test),
+        decode_during_train=run_decode,
+        enable_checkpoint_saving=enable_checkpoint_saving,
+        enable_summary_writer=enable_summary_writer)
+  if override_num_train_steps:
+    configs.task.train.num_train_steps = override_num_train_steps
+  return _run_training(configs, options, train_first_result_callback_fn)
+
+
+def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
+                  first_result_callback: Any = None) -> Any:
+  """`train_and_evaluate` on ExperimentConfigs and RunOptions."""
   job_log_dir = pathlib.Path(options.job_log_dir)
   job_log_dir.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
@@ -195,11 +303,14 @@ def train_and_evaluate(configs: ExperimentConfigs,
       configs.eval_datasets if options.eval_on_test else [])]
   decode_programs = [decode_programs_lib.SingleTaskDecodeProgram(p) for p in (
       configs.decode_datasets if options.decode_during_train else [])]
+  train_program = programs.SingleTaskTrainProgram()
+  if first_result_callback is not None:
+    train_program.register_first_result_callback_fn(first_result_callback)
   executor = executors.DefaultExecutor()
   executor.setup(
       task, job_log_dir, checkpointer, partitioner,
       _input_specs_provider(configs), configs.train_datasets[0],
-      programs.SingleTaskTrainProgram(), eval_programs, decode_programs,
+      train_program, eval_programs, decode_programs,
       early_stopping_fn=None,
       enable_summary_writer=options.enable_summary_writer,
       restore_checkpoint_step=options.restore_checkpoint_step)

@@ -18,9 +18,13 @@ from typing import Any
 
 from flax import struct
 import jax
+from praxis import py_utils
 from praxis import pytypes
 
 Nested = pytypes.Nested
+NestedMap = py_utils.NestedMap
+JTensorProvenance = tuple[str, int | None]
+ExtraStateType = Any
 
 
 class TrainState(struct.PyTreeNode):

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import _trainer_setup
+from paxml import checkpoint_types
 from paxml import learners as learners_lib
 from paxml import sgf
 from paxml import tasks_lib
@@ -65,6 +66,7 @@ NON_PAX_VAR_COLLECTION = base_layer.NON_PAX_VAR_COLLECTION
 PMAP_PARALLEL_AXIS_NAME = base_layer.PMAP_PARALLEL_AXIS_NAME
 PartitionSpec = jax.sharding.PartitionSpec
 TensorProvenance = train_states.TensorProvenance
+CheckpointType = checkpoint_types.CheckpointType
 EarlyStoppingFn = tasks_lib.EarlyStoppingFn
 instantiate = base_layer.instantiate
 

@@ -1,0 +1,82 @@
+"""Tests of paxml.train and paxml.eval_lib called with Pax's signatures."""
+
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+from paxml import eval_lib
+from paxml import train
+from paxml.tasks.test import regression
+
+
+class ShortRegression(regression.RegressionExperiment):
+  NUM_TRAIN_STEPS = 4
+
+
+class PaxSignaturesTest(absltest.TestCase):
+
+  def test_train_then_evaluate_and_decode_the_checkpoint(self):
+    job_dir = pathlib.Path(tempfile.mkdtemp())
+    calls = []
+    state = train.train_and_evaluate(
+        ShortRegression(), job_dir, eval_on_test=True, run_decode=False,
+        override_num_train_steps=3,
+        train_first_result_callback_fn=calls.append)
+    self.assertEqual(int(state.step), 3)
+    self.assertEqual(calls, [True])
+    self.assertEqual(sorted(p.name for p in (job_dir / 'summaries').iterdir()),
+                     ['eval_test_test', 'eval_train', 'train'])
+    eval_lib.evaluate(ShortRegression(), job_dir, restore_checkpoint_step=3,
+                      enable_summary_writer=False)
+    eval_lib.decode(ShortRegression(), job_dir, continuous_decode=False)
+    rows = (job_dir / 'decoder_out' / 'decode' /
+            'decoder_out_3_shard_0.jsonl').read_text().splitlines()
+    self.assertLen(rows, 64)  # Every decode example, once.
+
+  def test_class_vars_file_groups_by_class(self):
+    job_dir = pathlib.Path(tempfile.mkdtemp())
+    train.write_experiment_class_vars_file(ShortRegression, job_dir, 'x_')
+    text = (job_dir / 'x_experiment_cls_vars.txt').read_text()
+    base = text.index('RegressionExperiment:\n    NUM_TRAIN_STEPS = 40')
+    own = text.index('ShortRegression:\n    NUM_TRAIN_STEPS = 4')
+    self.assertLess(base, own)
+
+  def test_hparams_file_from_an_experiment(self):
+    job_dir = pathlib.Path(tempfile.mkdtemp())
+    train.write_hparams_file(ShortRegression(), job_dir)
+    text = (job_dir / 'model_params.txt').read_text()
+    self.assertIn("name : 'decode'", text)
+    self.assertIn('num_train_steps : 4', text)
+    with self.assertRaisesRegex(TypeError, 'BaseExperiment instance'):
+      train.write_hparams_file(ShortRegression, job_dir)
+
+
+class RunProgramsTest(absltest.TestCase):
+
+  def test_metrics_are_listed_per_program(self):
+
+    class Out:
+      def __init__(self, m):
+        self.eval_metrics, self.eval_scoring_metrics = m, None
+        self.num_eval_steps = 2
+
+    class Prog:
+      def __init__(self, name, m):
+        self.eval_input = type('I', (), {'name': name})()
+        self._m = m
+
+      def run(self, state, step):
+        return Out({'loss': self._m * step + np.sum(state)})
+
+    metrics, elapsed = eval_lib.run_eval_programs(
+        eval_programs=[Prog('a', 1.0), Prog('b', 2.0)],
+        train_state=np.ones(2), step=3)
+    self.assertEqual(metrics.input_names, ['a', 'b'])
+    self.assertEqual(metrics.metrics_list, [{'loss': 5.0}, {'loss': 8.0}])
+    self.assertGreater(metrics.steps_per_sec, 0)
+    self.assertGreaterEqual(elapsed, 0)
+
+
+if __name__ == '__main__':
+  absltest.main()
