@@ -539,8 +539,13 @@ def _apply_field_metadata(buildable: fdl.Buildable) -> None:
       fdl.add_tag(buildable, name, tag)
     if name in buildable.__arguments__ or meta.buildable_initializer is None:
       continue
-    value = meta.buildable_initializer()
-    if _has_partial_holding_config(value):
+    initializer = meta.buildable_initializer
+    value = initializer()
+    # A class's own config cannot hold such a Partial: its defaults were
+    # checked when it was made (the walk is skipped, it is costly).
+    if not isinstance(initializer, _ConfigOf) and _has_partial_holding_config(
+        value
+    ):
       raise ValueError(
           f'Unable to safely replace {_class_name(buildable.__fn_or_cls__)}.'
           f'{name} with a config: its default factory makes a Partial that '
