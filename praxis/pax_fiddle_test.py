@@ -251,6 +251,10 @@ class FieldMetadataTest(test_utils.TestCase):
     def fn(tpl: pax_fiddle.Config[Leaf] | None, leaf: Leaf):
       return tpl, leaf
 
+    self.assertEqual(pax_fiddle.template_argument_names(fn), {'tpl'})
+    self.assertEqual(pax_fiddle.template_argument_names(TplTuple), {'tpls'})
+    self.assertEqual(pax_fiddle.template_argument_names(Tree),
+                     {'leaf_tpl', 'maybe_tpl', 'tpls'})
     tpl, leaf = pax_fiddle.build(pax_fiddle.Config(
         fn, tpl=pax_fiddle.Config(Leaf), leaf=pax_fiddle.Config(Leaf)))
     self.assertIsInstance(tpl, pax_fiddle.Config)
