@@ -28,9 +28,24 @@ PRNGKey = pytypes.PRNGKey
 def keep_mask(
     key: PRNGKey, keep_prob: float | JTensor, shape: Sequence[int], dtype
 ) -> JTensor:
-  """A 0/1 mask of `shape` whose entries are 1 with probability `keep_prob`."""
-  uniform = jax.random.uniform(key, tuple(shape), jnp.float32)
-  return (uniform < keep_prob).astype(dtype)
+  """A 0/1 mask of `shape`: `floor(keep_prob + uniform[0, 1))`, as in Pax.
+
+  The uniform draw and the sum are in `dtype` (float32 for non-float
+  dtypes), so a bfloat16 mask keeps slightly more than `keep_prob` (sums
+  that round up to 1), exactly as Pax's does.
+
+  Args:
+    key: PRNG key.
+    keep_prob: Probability of a 1.
+    shape: Shape of the mask.
+    dtype: Its dtype.
+
+  Returns:
+    The mask.
+  """
+  draw_dtype = dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
+  uniform = jax.random.uniform(key, tuple(shape), draw_dtype)
+  return jnp.floor(keep_prob + uniform).astype(dtype)
 
 
 def dropout(
@@ -38,6 +53,7 @@ def dropout(
     key: PRNGKey,
     keep_prob: float | JTensor,
     noise_shape: Sequence[int] | None = None,
+    transpose_qk: bool = False,
 ) -> JTensor:
   """Zeroes entries with probability 1 - keep_prob, scales the rest up.
 
@@ -47,13 +63,17 @@ def dropout(
     keep_prob: Probability of keeping an entry, in (0, 1].
     noise_shape: Shape of the mask, broadcast against `inputs` (dims of size 1
       share one draw); None: `inputs.shape`.
+    transpose_qk: For a rank-4 mask with equal last two dims, use the
+      transpose of the draw over those dims.
 
   Returns:
     `inputs * mask / keep_prob`.
   """
-  shape = inputs.shape if noise_shape is None else noise_shape
+  shape = list(inputs.shape if noise_shape is None else noise_shape)
   mask = keep_mask(key, keep_prob, shape, inputs.dtype)
-  return inputs * mask / jnp.asarray(keep_prob, inputs.dtype)
+  if transpose_qk and len(shape) == 4 and shape[2] == shape[3]:
+    mask = jnp.swapaxes(mask, 2, 3)
+  return inputs * mask / keep_prob
 
 
 def drop_connect(
@@ -85,9 +105,9 @@ class Dropout(base_layer.BaseLayer):
     noise_shape_broadcast_dims: Dims of the mask set to size 1 (one draw
       shared along them), e.g. [-1] for [n, h, w, 1].
     dropout_at_eval: Also drop in eval mode (for when E[f(x)] != f(E[x])).
-    transpose_qk: For rank-4 inputs [b, n, t, s] (attention probabilities):
-      draw the mask as [b, n, s, t] and transpose it, so that the mask matches
-      the one a layer sees for the transposed ([b, n, s, t]) layout.
+    transpose_qk: For a rank-4 mask [b, n, t, t] (attention probabilities),
+      use the transpose of the draw over its last two dims (the mask the
+      transposed layout would draw); other shapes are not transposed.
   """
 
   keep_prob: float = 1.0
@@ -118,19 +138,13 @@ class Dropout(base_layer.BaseLayer):
       return inputs
     if self.do_eval and not self.dropout_at_eval:
       return inputs
-    noise_shape = self._noise_shape(inputs)
-    if not self.transpose_qk:
-      return dropout(inputs, self.next_prng_key(), self.keep_prob, noise_shape)
-    if inputs.ndim != 4:
-      raise ValueError(
-          f'{type(self).__name__} ({self.name}): transpose_qk needs rank-4 '
-          f'inputs, got shape {inputs.shape}.'
-      )
-    shape = list(inputs.shape if noise_shape is None else noise_shape)
-    shape[2], shape[3] = shape[3], shape[2]
-    swapped = jnp.swapaxes(inputs, 2, 3)
-    out = dropout(swapped, self.next_prng_key(), self.keep_prob, shape)
-    return jnp.swapaxes(out, 2, 3)
+    return dropout(
+        inputs,
+        self.next_prng_key(),
+        self.keep_prob,
+        self._noise_shape(inputs),
+        bool(self.transpose_qk),
+    )
 
 
 class StochasticResidual(base_layer.BaseLayer):

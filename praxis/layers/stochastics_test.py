@@ -77,16 +77,32 @@ class DropoutTest(test_utils.TestCase):
     y = np.asarray(run(dropout_layer(keep_prob=0.5, noise_shape=[1, 64]), x))
     self.assertArraysEqual(y, np.repeat(y[:1], 3, axis=0))
 
-  def test_transpose_qk_draws_the_transposed_mask(self):
-    x = jnp.ones((1, 2, 3, 5))
-    y = np.asarray(run(dropout_layer(keep_prob=0.5, transpose_qk=True), x))
-    # A plain layer of the same name draws the same key; on the [b, n, s, t]
-    # layout its mask must be the transpose of the transpose_qk mask.
-    y_plain = np.asarray(
-        run(dropout_layer(keep_prob=0.5), jnp.swapaxes(x, 2, 3))
-    )
+  def test_transpose_qk_transposes_square_masks(self):
+    plain = dropout_layer(keep_prob=0.5)
+    qk = dropout_layer(keep_prob=0.5, transpose_qk=True)
+    # A layer of the same name draws the same key, so the same numbers.
+    square = jnp.ones((1, 2, 4, 4))
+    y, y_plain = np.asarray(run(qk, square)), np.asarray(run(plain, square))
     self.assertArraysEqual(y, np.swapaxes(y_plain, 2, 3))
     self.assertTrue(0 < (y == 0).sum() < y.size)
+    self.assertNotAllClose(y, y_plain)
+    # Non-square (and non-rank-4) masks are used as drawn.
+    other = jnp.ones((1, 2, 3, 5))
+    self.assertArraysEqual(run(qk, other), run(plain, other))
+
+  def test_mask_is_floor_of_keep_prob_plus_uniform_in_the_input_dtype(self):
+    key = jax.random.PRNGKey(3)
+    x = jnp.ones((8, 128), jnp.bfloat16)
+    y = stochastics.dropout(x, key, 0.8)
+    self.assertEqual(y.dtype, jnp.bfloat16)
+    u = np.asarray(jax.random.uniform(key, (8, 128), jnp.bfloat16), np.float32)
+    # The sum rounds in bfloat16 (8 bits of precision) before the floor.
+    summed = np.asarray(jnp.asarray(0.8 + u, jnp.bfloat16), np.float32)
+    mask = np.floor(summed)
+    self.assertArraysEqual(np.asarray(y, np.float32),
+                           np.asarray(jnp.asarray(mask / 0.8, jnp.bfloat16),
+                                      np.float32))
+    self.assertAlmostEqual(mask.mean(), 0.8, delta=0.05)
 
   def test_bad_configs_fail(self):
     with self.assertRaisesRegex(ValueError, r'Dropout \(drop\): keep_prob'):
@@ -96,8 +112,6 @@ class DropoutTest(test_utils.TestCase):
           dropout_layer(keep_prob=0.5, noise_shape_broadcast_dims=[2]),
           jnp.ones((2, 2)),
       )
-    with self.assertRaisesRegex(ValueError, 'transpose_qk'):
-      run(dropout_layer(keep_prob=0.5, transpose_qk=True), jnp.ones((2, 2)))
 
 
 class StochasticResidualTest(test_utils.TestCase):
