@@ -1,7 +1,7 @@
 """The public layers of praxis, re-exported by name (`layers.Linear`, ...).
 
 Public names: those of praxis' own `praxis/layers/__init__.py` that this
-project provides — the activations (BaseActivation, ReLU, GELU, ...,
+project provides — the activations (BaseActivation, ReLU, GELU, ELU, ...,
 Identity), linears (Linear, Bias, FeedForward, MLPBlock, StackingOverTime,
 project_last_dim), stochastics (Dropout, StochasticResidual), Sequential,
 Einsum, the op layers (EinsumOp, EinsumGatedOp, ArrayLookup), and those of
@@ -12,10 +12,12 @@ poolings, ResNets, models and the rest, below.
 from praxis.layers import activations
 from praxis.layers import attentions
 from praxis.layers import base_ops
+from praxis.layers import bregman
 from praxis.layers import checkpoint_policy
 from praxis.layers import convolutions
 from praxis.layers import einsum
 from praxis.layers import embedding_softmax
+from praxis.layers import grouped_query_attention
 from praxis.layers import linears
 from praxis.layers import models
 from praxis.layers import normalizations
@@ -30,6 +32,7 @@ from praxis.layers import transformers
 
 BaseActivation = activations.BaseActivation
 CubedReLU = activations.CubedReLU
+ELU = activations.ELU
 Exp = activations.Exp
 GELU = activations.GELU
 Identity = activations.Identity
@@ -38,6 +41,7 @@ ReLU = activations.ReLU
 ReLU6 = activations.ReLU6
 Sigmoid = activations.Sigmoid
 SiLU = activations.SiLU
+SineReLU = activations.SineReLU
 Softplus = activations.Softplus
 SquaredReLU = activations.SquaredReLU
 Swish = activations.Swish
@@ -68,11 +72,18 @@ causal_segment_mask = attentions.causal_segment_mask
 CausalDepthwiseConv1D = attentions.CausalDepthwiseConv1D
 convert_paddings_to_mask = attentions.convert_paddings_to_mask
 DotProductAttention = attentions.DotProductAttention
+DotProductAttentionXL = attentions.DotProductAttentionXL
+LocalSelfAttention = attentions.LocalSelfAttention
+LocalSelfAttentionAlibi = attentions.LocalSelfAttentionAlibi
+LocalSelfAttentionRelativeBias = attentions.LocalSelfAttentionRelativeBias
+LocalSelfAttentionXL = attentions.LocalSelfAttentionXL
 PerDimScale = attentions.PerDimScale
 RelativeBias = attentions.RelativeBias
 segment_mask = attentions.segment_mask
 
 AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
+
+BregmanPCA = bregman.BregmanPCA
 
 Conv2D = convolutions.Conv2D
 ConvBNAct = convolutions.ConvBNAct
@@ -88,6 +99,8 @@ PositionalEmbedding2D = embedding_softmax.PositionalEmbedding2D
 SharedEmbeddingSoftmax = embedding_softmax.SharedEmbeddingSoftmax
 SigmoidCrossEntropy = embedding_softmax.SigmoidCrossEntropy
 TrainablePositionalEmbedding = embedding_softmax.TrainablePositionalEmbedding
+
+GroupedQueryAttention = grouped_query_attention.GroupedQueryAttention
 
 BertModel = models.BertModel
 ClassificationMLPModel = models.ClassificationMLPModel
@@ -108,6 +121,7 @@ LayerwiseShardablePipelined = pipeline.LayerwiseShardablePipelined
 
 GlobalPooling = poolings.GlobalPooling
 Pooling = poolings.Pooling
+Pooling1D = poolings.Pooling1D
 
 Repeat = repeats.Repeat
 

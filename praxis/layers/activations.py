@@ -1,11 +1,14 @@
 """Activation layers.
 
-Public names: BaseActivation, ReLU, ReLU6, SquaredReLU, CubedReLU, LeakyReLU,
-Sigmoid, Tanh, GELU, SiLU, Swish, Softplus, Exp, Identity.
+Public names: BaseActivation, ReLU, SineReLU, ReLU6, SquaredReLU, CubedReLU,
+LeakyReLU, ELU, Sigmoid, Tanh, GELU, SiLU, Swish, Softplus, Exp, Identity.
 
 Each is a parameter-free layer; templates select one, e.g.
-`activation_tpl = pax_fiddle.Config(activations.GELU, approximate=False)`.
+`activation_tpl = pax_fiddle.Config(activations.GELU, approximate=False)`,
+or by name: `BaseActivation.get_subclass_by_name('cubed_relu')`.
 """
+
+from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +24,44 @@ class BaseActivation(base_layer.BaseLayer):
   def __call__(self, inputs: JTensor) -> JTensor:
     raise NotImplementedError(f'{type(self).__name__} must define __call__.')
 
+  @classmethod
+  def get_subclass_by_name(cls, name: str) -> type[BaseActivation]:
+    """The direct subclass named `name`, ignoring case and underscores.
+
+    Args:
+      name: E.g. 'swish' or 'cubed_relu'.
+
+    Returns:
+      The subclass.
+
+    Raises:
+      KeyError: If no subclass, or more than one, has that name.
+    """
+    wanted = name.replace('_', '').lower()
+    found = [c for c in cls.__subclasses__() if c.__name__.lower() == wanted]
+    if len(found) > 1:
+      names = [f'{c.__module__}:{c.__qualname__}' for c in found]
+      raise KeyError(f'Found >1 activation layers named {name}: {names}')
+    if not found:
+      known = sorted(c.__name__ for c in cls.__subclasses__())
+      raise KeyError(
+          f'Cannot find an activation layer named {name!r}; known: {known}.'
+      )
+    return found[0]
+
 
 class ReLU(BaseActivation):
   """max(x, 0)."""
 
   def __call__(self, inputs: JTensor) -> JTensor:
     return jax.nn.relu(inputs)
+
+
+class SineReLU(BaseActivation):
+  """sin(max(x, 0))."""
+
+  def __call__(self, inputs: JTensor) -> JTensor:
+    return jnp.sin(jax.nn.relu(inputs))
 
 
 class ReLU6(BaseActivation):
@@ -61,6 +96,13 @@ class LeakyReLU(BaseActivation):
 
   def __call__(self, inputs: JTensor) -> JTensor:
     return jax.nn.leaky_relu(inputs, negative_slope=self.negative_slope)
+
+
+class ELU(BaseActivation):
+  """x for x > 0, exp(x) - 1 otherwise."""
+
+  def __call__(self, inputs: JTensor) -> JTensor:
+    return jax.nn.elu(inputs)
 
 
 class Sigmoid(BaseActivation):

@@ -11,7 +11,9 @@ from praxis import layers
 from praxis import pax_fiddle
 from praxis import test_utils
 from praxis.layers import activations
+from praxis.layers import grouped_query_attention
 from praxis.layers import normalizations
+from praxis.layers import poolings
 from praxis.layers import transformer_models
 
 
@@ -31,11 +33,13 @@ def np_gelu_erf(x):
 
 _CASES = (
     ('ReLU', {}, lambda x: np.maximum(x, 0.0)),
+    ('SineReLU', {}, lambda x: np.sin(np.maximum(x, 0.0))),
     ('ReLU6', {}, lambda x: np.minimum(np.maximum(x, 0.0), 6.0)),
     ('SquaredReLU', {}, lambda x: np.maximum(x, 0.0)**2),
     ('CubedReLU', {}, lambda x: np.maximum(x, 0.0)**3),
     ('LeakyReLU', {'negative_slope': 0.2},
      lambda x: np.where(x >= 0, x, 0.2 * x)),
+    ('ELU', {}, lambda x: np.where(x > 0, x, np.expm1(x))),
     ('Sigmoid', {}, np_sigmoid),
     ('Tanh', {}, np.tanh),
     ('GELU', {}, np_gelu_tanh),
@@ -70,6 +74,24 @@ class ActivationsTest(test_utils.TestCase):
       layer.apply({}, jnp.ones(2))
 
 
+class SubclassByNameTest(test_utils.TestCase):
+
+  def test_names_ignore_case_and_underscores(self):
+    get = activations.BaseActivation.get_subclass_by_name
+    self.assertIs(get('cubed_relu'), activations.CubedReLU)
+    self.assertIs(get('GE_LU'), activations.GELU)
+    with self.assertRaisesRegex(KeyError, 'known'):
+      get('no_such')
+
+  def test_two_classes_of_one_name_are_ambiguous(self):
+
+    class Tanh(activations.BaseActivation):  # pylint: disable=unused-variable
+      pass
+
+    with self.assertRaisesRegex(KeyError, 'Found >1'):
+      activations.BaseActivation.get_subclass_by_name('tanh')
+
+
 class LayersPackageTest(test_utils.TestCase):
 
   def test_reexports(self):
@@ -88,6 +110,16 @@ class LayersPackageTest(test_utils.TestCase):
                  'SharedEmbeddingSoftmax', 'LanguageModel', 'Pooling',
                  'Repeat', 'ResNet', 'StackedTransformer',
                  'LayerwiseShardablePipelined', 'AutodiffCheckpointType'):
+      self.assertTrue(hasattr(layers, name), name)
+
+  def test_every_pax_name_with_a_class_here(self):
+    self.assertIs(layers.ELU, activations.ELU)
+    self.assertIs(layers.GroupedQueryAttention,
+                  grouped_query_attention.GroupedQueryAttention)
+    self.assertIs(layers.Pooling1D, poolings.Pooling1D)
+    for name in ('DotProductAttentionXL', 'LocalSelfAttention',
+                 'LocalSelfAttentionAlibi', 'LocalSelfAttentionRelativeBias',
+                 'LocalSelfAttentionXL', 'BregmanPCA'):
       self.assertTrue(hasattr(layers, name), name)
 
 
