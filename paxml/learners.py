@@ -99,6 +99,10 @@ def _var_init_scale(hp: WeightHParams, name: str) -> float:
   return init.scale * math.sqrt(6.0 / (fan_in + fan_out))
 
 
+def _is_masked(x: Any) -> bool:
+  return py_utils.is_bprop_masked_node(x) or py_utils.is_optax_masked_node(x)
+
+
 def _keep_if_valid(valid: jax.Array, new: Any, old: Any) -> Any:
   return jax.tree.map(lambda n, o: jnp.where(valid, n, o), new, old)
 
@@ -116,7 +120,7 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
     grad_norm_summary: Summarize the gradient norms.
     grad_norm_individual_vars: Also summarize each variable's gradient norm.
     var_norm_summary: Summarize the norm of all variables.
-    var_norm_individual_vars: Accepted for Pax compatibility (ignored).
+    var_norm_individual_vars: Also summarize each variable's norm.
     check_valid_step: Skip steps with a non-finite gradient norm (or one
       above skip_step_gradient_norm_value).
     vectorize_on_repeat_prefix: Optimize stacked variables layer by layer.
@@ -201,6 +205,16 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
       valid &= jnp.any(jnp.stack(nonzero)) if nonzero else False
     return valid
 
+  def summarize_norms(self, summary_prefix: str, tensors: Any) -> None:
+    """Summarizes each tensor's L2 norm as '<summary_prefix>/<its path>'."""
+    keys = py_utils.extract_prefixed_keys_from_nested_map(tensors)
+
+    def one(key, x):
+      if not _is_masked(x):
+        _summary(f'{summary_prefix}/{key}', _global_norm(x))
+
+    jax.tree.map(one, keys, tensors, is_leaf=_is_masked)
+
   def scale_gradients(
       self,
       raw_grads: Any,
@@ -227,10 +241,8 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
       clip_gradient_single_norm_to_value = (
           self.optimizer.clip_gradient_single_norm_to_value)
     if self.grad_norm_individual_vars:
-      group = f'{optimizer_name}/' if optimizer_name else ''
-      names = jax.tree.leaves(trees.to_path_tree(raw_grads))
-      for name, g in zip(names, jax.tree.leaves(raw_grads)):
-        _summary(f'per_var_grad_norm/{group}{name}', _global_norm(g))
+      group = f'/{optimizer_name}' if optimizer_name else ''
+      self.summarize_norms(f'per_var_grad_norm{group}', raw_grads)
     raw_norm = _global_norm(raw_grads)
     if self.grad_norm_summary:
       _summary(prefix + 'raw_grad_norm', raw_norm)
@@ -290,6 +302,8 @@ class Learner(base_hyperparams.FiddleBaseParameterizable):
     """
     if self.var_norm_summary:
       _summary('learning/var_norm', _global_norm(old_vars))
+    if self.var_norm_individual_vars:
+      self.summarize_norms('per_var_norm', old_vars)
 
     def one(old, update, hp, name):
       if base_layer.var_not_trainable(hp):
@@ -374,19 +388,35 @@ class MultiOptimizerLearner(Learner):
   def update_states(self, grads, states, old_vars, var_weight_hparams):
     if not self.apply_separate_scaling:
       return super().update_states(grads, states, old_vars, var_weight_hparams)
-    masks, main_mask = self.get_masks(var_weight_hparams)
-    total, valid = self._scale_masked(grads, main_mask, self.optimizer, 'main')
-    for name, mask, opt in zip(self.auxiliary_names, masks,
-                               self._auxiliary_optimizer_insts):
-      scaled, ok = self._scale_masked(grads, mask, opt, name)
-      total = jax.tree.map(jnp.add, total, scaled)
-      valid &= ok
+    total, valid = self.scale_gradients_by_optimizer(grads, var_weight_hparams)
     tx = self.get_grad_tx(var_weight_hparams)
     updates, new_states = tx.update(total, states, old_vars)
     if self.enable_skip_step_on_gradient_anomalies or self.skip_zero_gradients:
       updates = jax.tree.map(lambda u: jnp.where(valid, u, 0), updates)
       new_states = _keep_if_valid(valid, new_states, states)
     return updates, new_states
+
+  def scale_gradients_by_optimizer(
+      self, raw_grads: Any, var_weight_hparams: Any
+  ) -> tuple[Any, jax.Array]:
+    """Clips each optimizer's gradients with its own settings, then sums.
+
+    Args:
+      raw_grads: The gradients of all variables.
+      var_weight_hparams: Their `WeightHParams` (for the regex masks).
+
+    Returns:
+      (the summed clipped gradients, whether every part is valid).
+    """
+    masks, main_mask = self.get_masks(var_weight_hparams)
+    total, valid = self._scale_masked(raw_grads, main_mask, self.optimizer,
+                                      'main')
+    for name, mask, opt in zip(self.auxiliary_names, masks,
+                               self._auxiliary_optimizer_insts):
+      scaled, ok = self._scale_masked(raw_grads, mask, opt, name)
+      total = jax.tree.map(jnp.add, total, scaled)
+      valid &= ok
+    return total, valid
 
   def _scale_masked(self, grads, mask, opt, name):
     masked = jax.tree.map(lambda g, m: g * m, grads, mask)

@@ -75,6 +75,19 @@ class LearnerTest(test_utils.TestCase):
     self.assertAllClose(summaries['learning/is_valid_step_aggregate_scalar'],
                         1.0)
 
+  def test_per_variable_norm_summaries(self):
+    learner = _learner(_sgd(0.5), grad_norm_individual_vars=True,
+                       var_norm_individual_vars=True)
+    _, _, summaries = _step(learner, self.grads, self.vars, self.hps)
+    for tree, prefix in ((self.grads, 'per_var_grad_norm'),
+                         (self.vars, 'per_var_norm')):
+      self.assertAllClose(
+          summaries[f'{prefix}/params/w_aggregate_scalar'],
+          np.linalg.norm(tree['params']['w']))
+      self.assertAllClose(
+          summaries[f'{prefix}/non_trainable/s_aggregate_scalar'],
+          np.linalg.norm(tree['non_trainable']['s']))
+
   def test_clip_by_global_and_single_norm(self):
     g = {'a': np.array([3.0, 4.0], np.float32),
          'b': np.array([0.0, 12.0], np.float32)}  # Global norm 13.
@@ -238,6 +251,29 @@ class MultiOptimizerLearnerTest(test_utils.TestCase):
       lrs = base_layer.all_global_summaries()
     self.assertAllClose(lrs['learning/lr_emb_aggregate_scalar'], 1.0)
     self.assertAllClose(lrs['learning/lr_main_aggregate_scalar'], 0.1)
+
+  def test_separate_scaling_clips_each_optimizer_alone(self):
+    learner = _learner(
+        _sgd(0.1, clip_gradient_norm_to_value=1.0),
+        cls=learners.MultiOptimizerLearner,
+        auxiliary_optimizers=[_sgd(1.0, clip_gradient_norm_to_value=10.0)],
+        auxiliary_regex=['params/emb.*'], auxiliary_names=['emb'],
+        apply_separate_scaling=True)
+    hps = {'params': {'emb': WeightHParams(shape=[2]),
+                      'w': WeightHParams(shape=[2])}}
+    grads = {'params': {'emb': np.array([3.0, 4.0], np.float32),
+                        'w': np.array([6.0, 8.0], np.float32)}}
+    with _context():
+      scaled, valid = learner.scale_gradients_by_optimizer(grads, hps)
+      summaries = base_layer.all_global_summaries()
+    self.assertTrue(bool(valid))
+    # emb's norm 5 is under its own clip of 10; w's 10 is clipped to 1.
+    self.assertAllClose(scaled['params']['emb'], grads['params']['emb'])
+    self.assertAllClose(scaled['params']['w'], grads['params']['w'] / 10.0)
+    self.assertAllClose(
+        summaries['learning/emb/raw_grad_norm_aggregate_scalar'], 5.0)
+    self.assertAllClose(
+        summaries['learning/main/raw_grad_norm_aggregate_scalar'], 10.0)
 
   def test_overlapping_regexes_fail(self):
     learner = _learner(
