@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 import fiddle as fdl
 import jax
 import jax.numpy as jnp
+from paxml import _init_checkpoint_rules
 from paxml import base_metrics
 from paxml import base_task
 from paxml import checkpoint_types
@@ -695,19 +696,27 @@ class SingleTask(base_task.BaseTask):
   ) -> tuple[TrainState, Any, bool]:
     """Loads variables from other runs' checkpoints (`init_from_checkpoint_rules`).
 
-    Not supported yet: with rules configured this raises, rather than train
-    silently from random weights.
+    See `CheckpointLoadingRules`: variables (and optimizer states, the step)
+    whose names the load rules map are read from each checkpoint in turn.
+
+    Args:
+      train_state: The initialised state.
+      train_state_provenance: Its provenance.
+      train_state_partition_specs: Unused (the restored arrays follow the
+        other task's partition specs on `global_mesh`).
+      global_mesh: The mesh to restore onto (None: default placement).
+      checkpoint_type: The kind of the checkpoints.
 
     Returns:
-      (state, provenance, whether optimizer states need recomputing).
+      (state, provenance, whether the optimizer states need recomputing
+      because none were loaded).
     """
-    del train_state_partition_specs, global_mesh, checkpoint_type
+    del train_state_partition_specs
     if not self.train.init_from_checkpoint_rules:
       return train_state, train_state_provenance, False
-    raise NotImplementedError(
-        f'SingleTask {self.name!r}: train.init_from_checkpoint_rules (loading '
-        f'from {sorted(self.train.init_from_checkpoint_rules)}) is not '
-        'supported yet; restore with --restore_checkpoint_dir instead.')
+    return _init_checkpoint_rules.apply_rules(
+        self.train.init_from_checkpoint_rules, train_state,
+        train_state_provenance, global_mesh, checkpoint_type)
 
   def maybe_adjust_train_state(
       self, step: Any, mdl_vars: Any, var_weight_hparams: Any,

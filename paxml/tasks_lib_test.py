@@ -1,15 +1,18 @@
 """Tests of paxml.tasks_lib: configs, states, sharding, noise, legacy style."""
 
 import functools
+import tempfile
 
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from paxml import checkpoints
 from paxml import tasks_lib
 from paxml import trainer_lib
 from praxis import base_hyperparams
+from praxis import base_input
 from praxis import base_layer
 from praxis import base_model
 from praxis import optimizers
@@ -206,6 +209,97 @@ class TrainStateTest(test_utils.TestCase):
     self.assertEqual(set(state.opt_states[0]),
                      {'no_prefix', 'p#2#i-1', 'p#5#i-1'})
     self.assertAllClose(tasks_lib.extract_ema(state).mdl_vars, variables)
+
+
+class _Specs(base_input.BaseInputSpecsProvider):
+  """Input specs of `_batch`."""
+
+  def get_input_specs(self):
+    return NestedMap(x=jax.ShapeDtypeStruct((4, 4), jnp.float32),
+                     y=jax.ShapeDtypeStruct((4, 8), jnp.float32))
+
+
+class InitFromCheckpointTest(test_utils.TestCase):
+  """Warm starts from a checkpoint written by another task."""
+
+  def _saved(self, ema_decay=0.0, step=7):
+    """(task config, state) of a run saved under a temp dir at `step`."""
+    src_p = _task_p('src')
+    src_p.train.learner.optimizer.ema_decay = ema_decay
+    src = instantiate(src_p)
+    hps = src.model.abstract_init_with_metadata(_batch(self.rng))
+    state = src.create_train_state(_np_vars(hps, self.rng), hps)
+    # Variables moved away from their EMA, and Adam's nu away from zero, as
+    # after training.
+    is_adam = lambda n: isinstance(n, optax.ScaleByAdamState)
+    state = state.replace(
+        step=jnp.array(step, jnp.uint32),
+        mdl_vars=jax.tree.map(lambda v: v + 1.0, state.mdl_vars),
+        opt_states=jax.tree.map(
+            lambda n: n._replace(nu=jax.tree.map(lambda v: v + 2.0, n.nu))
+            if is_adam(n) else n, state.opt_states, is_leaf=is_adam))
+    ckpt_dir = tempfile.mkdtemp()
+    checkpoints.save_checkpoint(state, ckpt_dir)
+    return src_p, state, ckpt_dir
+
+  def _init(self, rules_by_dir, ema_decay=0.0):
+    task_p = _task_p('dst')
+    task_p.train.learner.optimizer.ema_decay = ema_decay
+    task_p.train.init_from_checkpoint_rules = rules_by_dir
+    task = instantiate(task_p)
+    return trainer_lib.initialize_model_state(
+        task, jax.random.PRNGKey(3), _batch(self.rng))
+
+  def _rules(self, src_p, load_rules, **kwargs):
+    return tasks_lib.CheckpointLoadingRules(
+        task_p=src_p, load_rules=load_rules,
+        input_specs_provider_p=pax_fiddle.Config(_Specs), **kwargs)
+
+  def test_variables_step_and_provenance_follow_the_rules(self):
+    src_p, saved, ckpt_dir = self._saved()
+    state, provenance = self._init({ckpt_dir: self._rules(
+        src_p, [('params/w', 'params/w')], load_step=True,
+        ignore_rules=['params/b'])})
+    self.assertArraysEqual(state.mdl_vars['params']['w'],
+                           saved.mdl_vars['params']['w'])
+    self.assertNotAllClose(state.mdl_vars['params']['b'],
+                           saved.mdl_vars['params']['b'])
+    self.assertEqual(int(state.step), 7)
+    self.assertEqual(repr(provenance.mdl_vars['params']['w']),
+                     f'"({ckpt_dir}:latest)"')
+    self.assertEqual(repr(provenance.mdl_vars['params']['b']),
+                     '"(random_init)"')
+    # Fresh Adam moments for the loaded weights (none were loaded).
+    self.assertArraysEqual(_adam_state(state.opt_states).mu['params']['w'],
+                           np.zeros((4, 8)))
+
+  def test_ema_values_and_partial_optimizer_states(self):
+    src_p, saved, ckpt_dir = self._saved(ema_decay=0.5)
+    saved_ema = tasks_lib.extract_ema(saved).mdl_vars['params']
+    self.assertAllClose(saved_ema['b'], saved.mdl_vars['params']['b'] - 1.0)
+    state, provenance = self._init({ckpt_dir: self._rules(
+        src_p, [(r'params/(.*)', 'ema/params/{}'),
+                (r'(.*)/mu/params/w', '{}/nu/params/w')],
+        partial_load_opt_states=True)}, ema_decay=0.5)
+    self.assertArraysEqual(state.mdl_vars['params']['b'], saved_ema['b'])
+    self.assertArraysEqual(state.mdl_vars['params']['w'], saved_ema['w'])
+    # mu of w is read from the saved nu of w (2.0 + 0); nu stays fresh.
+    adam = _adam_state(state.opt_states)
+    self.assertArraysEqual(adam.mu['params']['w'], np.full((4, 8), 2.0))
+    self.assertArraysEqual(adam.nu['params']['w'], np.zeros((4, 8)))
+    came_from = _adam_state(provenance.opt_states)
+    self.assertEqual(repr(came_from.mu['params']['w']),
+                     f'"({ckpt_dir}:latest)"')
+    self.assertEqual(repr(came_from.nu['params']['w']), '"(random_init)"')
+
+  def test_wrong_patterns_and_missing_ema_are_named(self):
+    src_p, _, ckpt_dir = self._saved()
+    with self.assertRaisesRegex(ValueError, r"wrong pattern\(s\): "
+                                r"\{'params/_\(\.\*\)'\}"):
+      self._init({ckpt_dir: self._rules(src_p, [(r'params/_(.*)', '{}')],
+                                        safe_load=True)})
+    with self.assertRaisesRegex(RuntimeError, 'keeps no EMA'):
+      self._init({ckpt_dir: self._rules(src_p, [(r'(.*)', 'ema/{}')])})
 
 
 class FlattenDictTest(test_utils.TestCase):

@@ -234,8 +234,11 @@ def initialize_model_state(
                                       discard_opt_states)
   provenance = train_states.build_train_state_provenance(state)
   if do_init_checkpoint_rules and jax_task.train.init_from_checkpoint_rules:
-    state, provenance, _ = jax_task.apply_init_checkpoint_rules(
+    state, provenance, recompute = jax_task.apply_init_checkpoint_rules(
         state, provenance, checkpoint_type=checkpoint_type)
+    if recompute and state.opt_states:  # E.g. an EMA of the loaded values.
+      state = state.replace(opt_states=jax_task.create_opt_states(
+          state.mdl_vars, var_weight_hparams))
   return state, provenance
 
 

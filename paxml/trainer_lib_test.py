@@ -492,14 +492,14 @@ class SetupHelpersTest(test_utils.TestCase):
     self.assertEqual(sharded.mdl_vars['params']['w'].sharding.mesh, mesh)
     self.assertEqual(repr(provenance.step), '"(random_init)"')
 
-  def test_init_checkpoint_rules_are_refused_clearly(self):
+  def test_init_checkpoint_rules_need_the_other_task(self):
     task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
     task_p.train.init_from_checkpoint_rules = {
         '/ckpt': tasks_lib.CheckpointLoadingRules(
             task_p=None, load_rules=[tasks_lib.LOAD_ALL])}
     task = base_hyperparams.instantiate(task_p)
-    with self.assertRaisesRegex(NotImplementedError,
-                                'init_from_checkpoint_rules'):
+    with self.assertRaisesRegex(ValueError, "'/ckpt': task_p and "
+                                'input_specs_provider_p are required'):
       trainer_lib.initialize_model_state(task, jax.random.PRNGKey(0),
                                          self._shapes())
     state, _ = trainer_lib.initialize_model_state(
