@@ -43,6 +43,7 @@ STATE_ITEM_NAME = checkpoint_paths.STATE_ITEM_NAME
 METADATA_ITEM_NAME = checkpoint_metadata.METADATA_ITEM_NAME
 INPUT_ITEM_NAME = checkpoint_paths.INPUT_ITEM_NAME
 _KNOWN_TYPES = (CheckpointType.GDA, CheckpointType.FLAX)
+_TREE_METADATA_FILE = '_METADATA'  # Orbax's tree metadata file.
 
 
 # -- The state item -----------------------------------------------------------
@@ -73,8 +74,15 @@ class _StateHandler(ocp.AsyncCheckpointHandler):
     return read_state(directory, args.abstract_state, args.strict)
 
   def finalize(self, directory: epath.Path) -> None:
-    if self._type != CheckpointType.FLAX:
-      self._arrays.finalize(directory)
+    if self._type == CheckpointType.FLAX:
+      return
+    self._arrays.finalize(directory)
+    # Pax 1.4 (Orbax 0.5) takes a tree file to be the state's structure,
+    # which for a flat {name: array} dict is not its TrainState: drop it
+    # before the commit. Reads here never use it.
+    tree_file = directory / _TREE_METADATA_FILE
+    if jax.process_index() == 0 and tree_file.exists():
+      tree_file.unlink()
 
   def close(self) -> None:
     self._arrays.close()
