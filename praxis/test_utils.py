@@ -1,6 +1,6 @@
 """Test helpers for Pax layers, without TensorFlow.
 
-Public names: TestCase, to_np, apply, init_and_apply.
+Public names: TestCase, to_np, unshard_input_nmap, apply, init_and_apply.
 
 Example:
 
@@ -12,49 +12,112 @@ Example:
       self.assertAllClose(y, x @ variables['params']['w'])
 """
 
+import math
 from typing import Any
 
 from absl.testing import parameterized
 import jax
+from jax import numpy as jnp
 import numpy as np
 from praxis import base_layer
 from praxis import py_utils
 
+NestedMap = py_utils.NestedMap
+
+
+def _is_array_like(x: Any) -> bool:
+  """An array, a scalar, or a (nested) list/tuple of numbers."""
+  if isinstance(x, (dict, py_utils.NestedMap)):
+    return False
+  try:
+    return np.asarray(x).dtype != object
+  except (TypeError, ValueError):
+    return False
+
 
 def to_np(x: Any) -> Any:
-  """Every array leaf of `x` as a numpy array."""
+  """A tensor as a float32 numpy array (as Pax); a nested structure leafwise.
+
+  Leaves of a structure keep their dtype (integer ids stay integers).
+  """
+  if _is_array_like(x):
+    return np.asarray(x, dtype=np.float32)
   return jax.tree.map(np.asarray, x)
 
 
+def unshard_input_nmap(x_nmap: NestedMap) -> NestedMap:
+  """[devices, batch, ...] leaves -> [devices * batch, ...]."""
+  return jax.tree.map(
+      lambda x: jnp.reshape(x, (x.shape[0] * x.shape[1],) + x.shape[2:]),
+      x_nmap)
+
+
+def _dtype(x: Any) -> Any:
+  return getattr(x, 'dtype', None) or np.asarray(x).dtype
+
+
 class TestCase(parameterized.TestCase):
-  """An absltest case with numpy assertions and a seeded numpy `rng`."""
+  """An absltest case with Pax's numpy assertions and a seeded numpy `rng`.
+
+  The assertions take arrays, as Pax's do, or two nested structures of the
+  same shape (NestedMap, dict, list), compared leaf by leaf.
+  """
 
   def setUp(self):
     super().setUp()
     self.rng = np.random.default_rng(seed=12345)
 
-  def assertAllClose(self, x: Any, y: Any, atol: float = 1e-6,
-                     rtol: float = 1e-6, msg: str = '') -> None:
-    """Checks that two (nested) arrays are elementwise close."""
-    x_leaves, x_tree = jax.tree.flatten(to_np(x))
-    y_leaves, y_tree = jax.tree.flatten(to_np(y))
+  def _pairs(self, x: Any, y: Any, msg: str) -> list[tuple[Any, Any]]:
+    if _is_array_like(x) and _is_array_like(y):
+      return [(np.asarray(x), np.asarray(y))]
+    x_leaves, x_tree = jax.tree.flatten(x)
+    y_leaves, y_tree = jax.tree.flatten(y)
     self.assertEqual(x_tree, y_tree, msg)
-    for a, b in zip(x_leaves, y_leaves):
-      np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=msg)
+    return [(np.asarray(a), np.asarray(b)) for a, b in zip(x_leaves, y_leaves)]
 
-  def assertNotAllClose(self, x: Any, y: Any, atol: float = 1e-6,
-                        rtol: float = 1e-6, msg: str = '') -> None:
-    """Checks that two arrays differ somewhere by more than the tolerance."""
-    if np.allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=rtol):
-      self.fail(msg or f'Arrays are unexpectedly close:\n{x}\n{y}')
+  def assertDtypesMatch(self, x: Any, y: Any) -> None:
+    """Checks that x and y have the same (canonical JAX) dtype."""
+    self.assertEqual(jax.dtypes.canonicalize_dtype(_dtype(x)),
+                     jax.dtypes.canonicalize_dtype(_dtype(y)))
 
-  def assertArraysEqual(self, x: Any, y: Any, msg: str = '') -> None:
-    """Checks that two (nested) arrays are exactly equal."""
-    x_leaves, x_tree = jax.tree.flatten(to_np(x))
-    y_leaves, y_tree = jax.tree.flatten(to_np(y))
-    self.assertEqual(x_tree, y_tree, msg)
-    for a, b in zip(x_leaves, y_leaves):
-      np.testing.assert_array_equal(a, b, err_msg=msg)
+  def assertAllClose(self, x: Any, y: Any, check_dtypes: bool = True,
+                     rtol: float = 1e-5, atol: float = 1e-5,
+                     msg: str = '', **kwargs: Any) -> None:
+    """Checks that x and y are elementwise close (bfloat16 compared in f32)."""
+    kwargs.setdefault('err_msg', msg)
+    for a, b in self._pairs(x, y, msg):
+      if check_dtypes:
+        self.assertDtypesMatch(a, b)
+      a = a.astype(np.float32) if a.dtype == jnp.bfloat16 else a
+      b = b.astype(np.float32) if b.dtype == jnp.bfloat16 else b
+      np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, **kwargs)
+
+  def assertNotAllClose(self, x: Any, y: Any, check_dtypes: bool = True,
+                        rtol: float = 1e-5, atol: float = 1e-5,
+                        msg: str = '', **kwargs: Any) -> None:
+    """Checks that x and y differ somewhere by more than the tolerance."""
+    try:
+      self.assertAllClose(x, y, check_dtypes=check_dtypes, rtol=rtol,
+                          atol=atol, **kwargs)
+    except AssertionError:
+      return
+    self.fail(msg or f'The two values are close at all elements:\n{x}\n{y}')
+
+  def assertArraysEqual(self, x: Any, y: Any, check_dtypes: bool = True,
+                        msg: str = '', **kwargs: Any) -> None:
+    """Checks that x and y are exactly equal."""
+    kwargs.setdefault('err_msg', msg)
+    for a, b in self._pairs(x, y, msg):
+      if check_dtypes:
+        self.assertDtypesMatch(a, b)
+      np.testing.assert_array_equal(a, b, **kwargs)
+
+  def assertNear(self, f1: Any, f2: Any, err: float, msg: str | None = None
+                 ) -> None:
+    """Checks that |f1 - f2| <= err (or f1 == f2, e.g. both inf)."""
+    f1, f2 = float(np.asarray(f1)), float(np.asarray(f2))
+    self.assertTrue(f1 == f2 or math.fabs(f1 - f2) <= err,
+                    f'{f1} != {f2} +/- {err}' + (f' ({msg})' if msg else ''))
 
 
 def init_and_apply(layer: base_layer.BaseLayer, *args: Any, seed: int = 0,

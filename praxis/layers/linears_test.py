@@ -263,14 +263,17 @@ class StackingOverTimeTest(test_utils.TestCase):
     x = np.array([4, 1, 9, 3, 5, 2, 8], np.float32).reshape(1, 7, 1)
     paddings = np.array([0, 0, 0, 0, 0, 1, 1], np.float32).reshape(1, 7, 1)
     (out, out_paddings), _ = test_utils.init_and_apply(layer, x, paddings)
-    self.assertArraysEqual(out, np.array([[[0, 4, 1], [9, 3, 5], [2, 8, 0]]]))
+    self.assertArraysEqual(
+        out, np.array([[[0, 4, 1], [9, 3, 5], [2, 8, 0]]], np.float32))
     # Windows of paddings (ends padded with 1): [1,0,0] [0,0,0] [1,1,1].
-    self.assertArraysEqual(out_paddings, np.array([[[0], [0], [1]]]))
+    self.assertArraysEqual(out_paddings,
+                           np.array([[[0], [0], [1]]], np.float32))
     max_layer = self._layer(
         left_context=1, right_context=1, stride=3,
         padding_reduce_option='reduce_max')
     (_, max_paddings), _ = test_utils.init_and_apply(max_layer, x, paddings)
-    self.assertArraysEqual(max_paddings, np.array([[[1], [0], [1]]]))
+    self.assertArraysEqual(max_paddings,
+                           np.array([[[1], [0], [1]]], np.float32))
 
   def test_pad_with_edge_frames(self):
     layer = self._layer(
@@ -279,8 +282,8 @@ class StackingOverTimeTest(test_utils.TestCase):
     x = np.array([1, 2, 3, 4, 5], np.float32).reshape(1, 5, 1)
     (out, out_paddings), _ = test_utils.init_and_apply(layer, x)
     self.assertArraysEqual(
-        out, np.array([[[1, 1, 1, 2], [1, 2, 3, 4], [3, 4, 5, 5]]]))
-    self.assertArraysEqual(out_paddings, np.zeros((1, 3, 1)))
+        out, np.array([[[1, 1, 1, 2], [1, 2, 3, 4], [3, 4, 5, 5]]], np.float32))
+    self.assertArraysEqual(out_paddings, np.zeros((1, 3, 1), np.float32))
 
   def test_unstack_recovers_the_input(self):
     layer = self._layer(left_context=2, right_context=1, stride=3)

@@ -242,7 +242,7 @@ class LanguageModelDecodeTest(test_utils.TestCase):
         eos_id=EOS, fprop_for_prefix=True, max_decode_steps=6))
     self.assertEqual(out.output_ids.shape, (B, 1, 7 + 6))
     self.assertArraysEqual(out.output_ids[:, 0, :8], np.tile(SEQ, (B, 1)))
-    self.assertArraysEqual(out.output_ids[:, 0, 8:], np.zeros((B, 5)))
+    self.assertArraysEqual(out.output_ids[:, 0, 8:], np.zeros((B, 5), np.int32))
     self.assertArraysEqual(out.decode_lengths[:, 0], np.array([7, 7]))
     self.assertArraysEqual(out.prefix_ids[:, 0, :3],
                            np.array([SEQ[:3], [1, 0, 0]]))
