@@ -298,7 +298,7 @@ class BaseTrainProgram(Program):
     summary_utils.write_summary_entry(
         self._writer, step, loss,
         _program_utils.host_scalars(outputs.weighted_scalars),
-        dict(outputs.summary_tensors or {}),
+        summary_tensors=dict(outputs.summary_tensors or {}),
         steps_per_sec=rates.steps_per_sec)
     self._writer.add_scalar('tokens/sec', rates.tokens_per_sec, step)
     return rates.steps_per_sec

@@ -1,15 +1,27 @@
-"""TensorBoard summaries of a run, written with tensorboardX.
+"""TensorBoard summaries of a run, Pax's summary_utils.
 
 Public names: MAX_IMAGES_PER_SUMMARY, MAX_AUDIOS_PER_SUMMARY,
-AUDIO_SAMPLE_RATE, get_summary_writer, flatten_summary_dict,
-write_summary_entry, write_text, SummaryHandler.
+MAX_TEXTS_PER_SUMMARY, AUDIO_SAMPLE_RATE, AUDIO_SUMMARY_SAMPLE_RATE,
+PMAP_PARALLEL_AXIS_NAME, SummaryType, SummaryWriter, get_summary_writer,
+writing_to, flatten_summary_dict, get_summary_display_name_from_key,
+write_summary_tensor, write_summary_entry, write_text,
+write_clu_metric_summaries, compute_and_write_clu_metric_summaries,
+write_seqio_metric_summaries, write_model_structure, write_model_provenance,
+write_total_num_params, write_global_batch_size, pretty_repr,
+pretty_format_iters, pretty_repr_shapes, pretty_repr_provenance, l2_mean,
+flatten_flax_summaries, aggregate_per_replica_summaries, SummaryHandler.
 
 Each program writes to its own directory (`<job_log_dir>/summaries/train`,
-`.../eval_test_<name>`, ...). Only process 0 writes; the other processes, and
-runs with summaries disabled, get a writer that does nothing. Tags follow
-Pax: `loss`, `Steps/sec`, `Metrics/<key>` and `Metrics/<key>-weight` for
-weighted scalars, and each layer summary (`add_summary`) under its key
-without the `_scalar`/`_image`/... suffix.
+`.../eval_test_<name>`, ...) with a tensorboardX writer from
+`get_summary_writer`; only process 0 writes, the other processes, and runs
+with summaries disabled, get a writer that does nothing. Every function that
+takes a writer also takes a TensorFlow summary writer
+(`tf.summary.create_file_writer`), as Pax's do; TensorFlow is touched only
+then. Tags follow Pax: `loss`, `Steps/sec`, `Metrics/<key>` and
+`Metrics/<key>-weight` for weighted scalars, and each layer summary
+(`add_summary`) under its key with its base type suffix (`x_scalar`; an
+`_aggregate_scalar` key shows as `_scalar`); images and audio clips get one
+tag each, `<key>/<i>`.
 
   writer = summary_utils.get_summary_writer(job_log_dir / 'summaries/train')
   handler = summary_utils.SummaryHandler(writer, write_interval_steps=100)
@@ -22,23 +34,37 @@ without the `_scalar`/`_image`/... suffix.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 import concurrent.futures
-import importlib.util
-from typing import Any, Self
+from typing import Any, Iterator, Self
 
 from absl import logging
 from etils import epath
 import jax
 import numpy as np
+from paxml import _summary_trees
+from paxml import _summary_writers
+from paxml import metric_utils
 from praxis import base_layer
 import tensorboardX
 
 SummaryType = base_layer.SummaryType
+SummaryWriter = tensorboardX.SummaryWriter
+PMAP_PARALLEL_AXIS_NAME = base_layer.PMAP_PARALLEL_AXIS_NAME
 
 MAX_IMAGES_PER_SUMMARY = 64
 MAX_AUDIOS_PER_SUMMARY = 64
-AUDIO_SAMPLE_RATE = 44_000
+MAX_TEXTS_PER_SUMMARY = 64
+AUDIO_SUMMARY_SAMPLE_RATE = 44_000
+AUDIO_SAMPLE_RATE = AUDIO_SUMMARY_SAMPLE_RATE
+
+pretty_repr = _summary_trees.pretty_repr
+pretty_format_iters = _summary_trees.pretty_format_iters
+pretty_repr_shapes = _summary_trees.pretty_repr_shapes
+pretty_repr_provenance = _summary_trees.pretty_repr_provenance
+l2_mean = _summary_trees.l2_mean
+flatten_flax_summaries = _summary_trees.flatten_flax_summaries
+writing_to = _summary_writers.writing_to
 # tensorboardX writes events on a thread and flushes its file every this many
 # seconds (its `flush()` does not wait for queued events); `close()` writes
 # everything.
@@ -125,91 +151,268 @@ def _weighted_mean(key: str, pairs: Any) -> tuple[float, float]:
   return (total / weight if weight else float('nan')), weight
 
 
-def _write_tensors(writer: Any, step: int, key: str, tensors: Any) -> None:
-  """Writes one layer summary (one value, or a list of them over steps)."""
+def aggregate_per_replica_summaries(summary_tensors: dict[str, Any]
+                                    ) -> dict[str, Any]:
+  """Inside pmap: scalar summaries averaged over the replicas, images and
+  audio gathered from all of them (at most MAX_*_PER_SUMMARY)."""
+  return _summary_trees.aggregate_per_replica_summaries(
+      summary_tensors, MAX_IMAGES_PER_SUMMARY, MAX_AUDIOS_PER_SUMMARY,
+      PMAP_PARALLEL_AXIS_NAME)
+
+
+def get_summary_display_name_from_key(key: str) -> str:
+  """The tag of a summary key: the aggregate marker dropped, e.g.
+  `x_aggregate_scalar` -> `x_scalar`."""
   kind = base_layer.get_summary_base_type(
       base_layer.get_summary_type_from_key(key))
-  tag = base_layer.trim_summary_type_from_key(key)
-  if not isinstance(tensors, (list, tuple)):
-    tensors = [tensors]
-  values = [_host(t) for t in tensors]
+  return (base_layer.trim_summary_type_from_key(key)
+          + base_layer.get_summary_type_suffix(kind))
+
+
+def _items(tensors: list[Any], limit: int, item_rank: int) -> Iterator[tuple[
+    int, np.ndarray]]:
+  """(i, [1, ...] slice) of the newest tensors' items, at most `limit` in all.
+
+  Each tensor is reshaped to [-1, <last item_rank dims>]; the index restarts
+  at 0 for each tensor, as Pax tags them.
+  """
+  left = limit
+  for tensor in reversed(tensors):
+    if left <= 0:
+      return
+    tensor = np.reshape(tensor, (-1,) + np.shape(tensor)[-item_rank:])
+    for i in range(min(tensor.shape[0], left)):
+      yield i, tensor[i:i + 1]
+    left -= tensor.shape[0]
+
+
+def write_summary_tensor(
+    step_i: int,
+    key: str,
+    tensor: Any,
+    summary_type: SummaryType,
+    metadata: Any | None = None,
+    sample_rate: int = AUDIO_SUMMARY_SAMPLE_RATE,
+) -> None:
+  """Writes one summary (a value, or a list of values over steps).
+
+  Writes into the writer of the enclosing `writing_to` (or
+  `write_summary_entry`), or TensorFlow's default writer.
+
+  Args:
+    step_i: The step.
+    key: The tag.
+    tensor: One value or a list of them (the newest last): scalars are
+      averaged, histograms pooled, images/audio/text written item by item.
+    summary_type: How to write it.
+    metadata: Unused (video summaries are not written).
+    sample_rate: Of audio clips.
+  """
+  del metadata
+  out = _summary_writers.current()
+  tensors = [_host(t) for t in (tensor if isinstance(tensor, (list, tuple))
+                                else [tensor])]
+  kind = base_layer.get_summary_base_type(summary_type)
   if kind == SummaryType.SCALAR:
-    writer.add_scalar(tag, float(np.mean([np.mean(v) for v in values])), step)
-  elif kind == SummaryType.IMAGE:  # The latest images first.
-    images = np.concatenate(
-        [v.reshape((-1,) + v.shape[-3:]) for v in reversed(values)])
-    writer.add_images(tag, images[:MAX_IMAGES_PER_SUMMARY], step,
-                      dataformats='NHWC')
-  elif kind == SummaryType.TEXT:
-    text = values[-1]
-    if not isinstance(text, str):
-      text = '\n\n'.join(
-          t.decode() if isinstance(t, bytes) else str(t)
-          for t in np.ravel(text))
-    writer.add_text(tag, text, step)
-  elif kind == SummaryType.HISTOGRAM:
-    writer.add_histogram(tag, np.concatenate([np.ravel(v) for v in values]),
-                         step)
+    out.scalar(key, float(np.mean([np.mean(t) for t in tensors])), step_i)
+  elif kind == SummaryType.IMAGE:
+    for i, image in _items(tensors, MAX_IMAGES_PER_SUMMARY, 3):
+      out.image(f'{key}/{i}', image, step_i)
   elif kind == SummaryType.AUDIO:
-    _write_audio(writer, step, tag, values)
+    for i, clip in _items(tensors, MAX_AUDIOS_PER_SUMMARY, 2):
+      out.audio(f'{key}/{i}', clip, sample_rate, step_i)
+  elif kind == SummaryType.TEXT:
+    _write_texts(out, step_i, key, tensors)
+  elif kind == SummaryType.HISTOGRAM:
+    out.histogram(key, np.concatenate([np.ravel(t) for t in tensors]), step_i)
   else:
     logging.warning('Summary %s of type %s is not written.', key, kind.name)
 
 
-def _write_audio(writer: Any, step: int, tag: str, values: list[Any]) -> None:
-  """Clips [batch, frames, channels] as `tag/<i>` (needs `soundfile`)."""
-  if importlib.util.find_spec('soundfile') is None:
-    logging.warning('Audio summary %s skipped: install soundfile.', tag)
-    return
-  clips = np.concatenate(
-      [v.reshape((-1,) + v.shape[-2:]) for v in reversed(values)])
-  for i, clip in enumerate(clips[:MAX_AUDIOS_PER_SUMMARY]):
-    writer.add_audio(f'{tag}/{i}', clip, step, sample_rate=AUDIO_SAMPLE_RATE)
+def _write_texts(out: Any, step: int, key: str, tensors: list[Any]) -> None:
+  left = MAX_TEXTS_PER_SUMMARY
+  for tensor in reversed(tensors):
+    if left <= 0:
+      return
+    if isinstance(tensor, (str, bytes)):
+      out.text(key, tensor.decode() if isinstance(tensor, bytes) else tensor,
+               step)
+      continue
+    tensor = np.atleast_1d(tensor)
+    for i in range(min(tensor.shape[0], left)):
+      out.text(f'{key}/{i}', str(tensor[i:i + 1]), step)
+    left -= tensor.shape[0]
 
 
 def write_summary_entry(
-    writer: Any,
-    step: int,
+    summary_writer: Any,
+    step_i: int,
     loss: Any,
-    weighted_scalars: Mapping[str, Any],
-    summary_tensors: Mapping[str, Any],
+    weighted_scalars_list: Mapping[str, Any] | None,
+    clu_metrics: Mapping[str, Any] | None = None,
+    summary_tensors: Mapping[str, Any] | None = None,
     steps_per_sec: float | None = None,
     metrics_prefix: str = 'Metrics/',
 ) -> None:
   """Writes the loss, metrics and layer summaries of one step.
 
   Args:
-    writer: From `get_summary_writer`.
-    step: The step.
+    summary_writer: From `get_summary_writer`, or a TF summary writer.
+    step_i: The step.
     loss: The loss (averaged if it has several values).
-    weighted_scalars: key -> (value, weight), or a list of such pairs
+    weighted_scalars_list: key -> (value, weight), or a list of such pairs
       accumulated over steps; written as their weighted mean and total weight.
+    clu_metrics: key -> clu-style metric (`compute()`), written computed.
     summary_tensors: Nested dict of layer summaries, keys ending in a summary
       type suffix (`_scalar`, `_image`, ...); each value one array or a list.
     steps_per_sec: Written as `Steps/sec` if given.
     metrics_prefix: Prefix of the metric tags.
   """
   mean_loss = float(np.mean(_host(loss)))
-  writer.add_scalar('loss', mean_loss, step)
   status = [f'loss={mean_loss:.6g}']
-  if steps_per_sec is not None:
-    writer.add_scalar('Steps/sec', float(steps_per_sec), step)
-    status.append(f'steps/sec={steps_per_sec:.4g}')
-  for key, pairs in weighted_scalars.items():
-    value, weight = _weighted_mean(key, pairs)
-    writer.add_scalar(f'{metrics_prefix}{key}', value, step)
-    writer.add_scalar(f'{metrics_prefix}{key}-weight', weight, step)
-    status.append(f'{key}={value:.6g} (weight={weight:.6g})')
-  for key, tensors in flatten_summary_dict(summary_tensors):
-    _write_tensors(writer, step, key, tensors)
-  writer.flush()
-  logging.info('Summaries at step %d: %s', step, ', '.join(status))
+  with writing_to(summary_writer) as out:
+    out.scalar('loss', mean_loss, step_i)
+    if steps_per_sec is not None:
+      out.scalar('Steps/sec', steps_per_sec, step_i)
+      status.append(f'steps/sec={steps_per_sec:.4g}')
+    for key, pairs in (weighted_scalars_list or {}).items():
+      value, weight = _weighted_mean(key, pairs)
+      out.scalar(f'{metrics_prefix}{key}', value, step_i)
+      out.scalar(f'{metrics_prefix}{key}-weight', weight, step_i)
+      status.append(f'{key}={value:.6g} (weight={weight:.6g})')
+    compute_and_write_clu_metric_summaries(clu_metrics, step_i,
+                                           metrics_prefix=metrics_prefix)
+    for key, tensors in flatten_summary_dict(summary_tensors or {}):
+      write_summary_tensor(step_i, get_summary_display_name_from_key(key),
+                           tensors, base_layer.get_summary_type_from_key(key))
+    out.flush()
+  logging.info('Summaries at step %d: %s', step_i, ', '.join(status))
 
 
 def write_text(writer: Any, step: int, tag: str, text: str) -> None:
   """Writes one text summary (e.g. `Model`, `Total Num Params`)."""
-  writer.add_text(tag, text, step)
-  writer.flush()
+  with writing_to(writer) as out:
+    out.text(tag, text, step)
+    out.flush()
+
+
+# The summary type of each clu `Value` class (by name: clu is optional).
+_CLU_VALUE_TYPES = {
+    'Scalar': SummaryType.AGGREGATE_SCALAR,
+    'Image': SummaryType.AGGREGATE_IMAGE,
+    'Text': SummaryType.TEXT,
+    'Histogram': SummaryType.HISTOGRAM,
+    'Audio': SummaryType.AUDIO,
+}
+
+
+def write_clu_metric_summaries(metric_values: Mapping[str, Any], step_i: int,
+                               metrics_prefix: str = 'Metrics/') -> None:
+  """Writes computed metric values (clu `Value`s, or plain scalars).
+
+  Call it inside `writing_to(writer)` (or with a TF writer as default).
+
+  Args:
+    metric_values: name -> value, as `metric_utils.compute_metric_values`
+      gives.
+    step_i: The step.
+    metrics_prefix: Prefix of the tags.
+  """
+  for name, value in metric_values.items():
+    kind = _CLU_VALUE_TYPES.get(type(value).__name__)
+    if kind is None:  # A plain number or array: a scalar.
+      kind, payload, extra = SummaryType.AGGREGATE_SCALAR, value, {}
+    else:
+      payload = value.value
+      extra = ({'sample_rate': value.sample_rate}
+               if kind == SummaryType.AUDIO else {})
+    write_summary_tensor(step_i, f'{metrics_prefix}{name}', payload, kind,
+                         **extra)
+
+
+def compute_and_write_clu_metric_summaries(
+    metrics: Mapping[str, Any] | None, step: int,
+    metrics_prefix: str = 'Metrics/') -> None:
+  """Computes clu-style metrics and writes their values (see above)."""
+  if metrics:
+    write_clu_metric_summaries(
+        metric_utils.compute_metric_values(jax.device_get(metrics)), step,
+        metrics_prefix=metrics_prefix)
+
+
+def write_seqio_metric_summaries(seqio_metrics: Sequence[Mapping[str, Any]],
+                                 metric_name_prefix: str, step: int) -> None:
+  """Writes seqio metric dicts as `<prefix>/<name>` summaries.
+
+  Scalars (and plain floats) are written as scalars, `Text` as text;
+  seqio's image, audio, histogram and generic values are written in their
+  own kind where the writer supports it. Call it inside `writing_to`.
+  """
+  out = _summary_writers.current()
+  for metrics in seqio_metrics:
+    for name, value in metrics.items():
+      tag = f'{metric_name_prefix}/{name}'
+      kind = type(value).__name__
+      if kind == 'Text':
+        text = value.textdata
+        out.text(tag, text.decode() if isinstance(text, bytes) else text, step)
+      elif kind == 'Image':
+        for i, image in _items([np.asarray(value.image)], value.max_outputs,
+                               3):
+          out.image(f'{tag}/{i}', image, step)
+      elif kind == 'Audio':
+        for i, clip in _items([np.asarray(value.audiodata)],
+                              value.max_outputs, 2):
+          out.audio(f'{tag}/{i}', clip, value.sample_rate, step)
+      elif kind == 'Histogram':
+        out.histogram(tag, np.asarray(value.values), step)
+      elif kind == 'Generic':
+        logging.warning('Generic seqio metric %s is not written.', tag)
+      else:
+        out.scalar(tag, metric_utils.as_float(
+            value.value if kind == 'Scalar' else value), step)
+
+
+def _text_at_step_0(writer: Any, texts: dict[str, str]) -> None:
+  with writing_to(writer) as out:
+    for tag, text in texts.items():
+      out.text(tag, text, 0)
+    out.flush()
+
+
+def _spaced(number: int) -> str:
+  return f'{number:,}'.replace(',', ' ')
+
+
+def write_model_structure(train_summary_writer: Any, train_state: Any,
+                          is_vars_replicated: bool) -> None:
+  """Writes the variables' shapes as the text summary `Model`."""
+  _text_at_step_0(train_summary_writer, {
+      'Model': pretty_repr_shapes(train_state.mdl_vars, is_vars_replicated)})
+
+
+def write_model_provenance(train_summary_writer: Any,
+                           train_state_provenance: Any) -> None:
+  """Writes where the variables and optimizer states were loaded from."""
+  _text_at_step_0(train_summary_writer, {
+      'Model vars provenance': pretty_repr_provenance(
+          train_state_provenance.mdl_vars),
+      'Opt states provenance': pretty_repr_provenance(
+          train_state_provenance.opt_states)})
+
+
+def write_total_num_params(train_summary_writer: Any,
+                           total_num_params: int) -> None:
+  """Writes `Total Num Params` (digits grouped by spaces)."""
+  _text_at_step_0(train_summary_writer,
+                  {'Total Num Params': _spaced(total_num_params)})
+
+
+def write_global_batch_size(train_summary_writer: Any,
+                            global_batch_size: int) -> None:
+  """Writes `Global batch size` (digits grouped by spaces)."""
+  _text_at_step_0(train_summary_writer,
+                  {'Global batch size': _spaced(global_batch_size)})
 
 
 class SummaryHandler:
@@ -243,6 +446,7 @@ class SummaryHandler:
       name: Shown in the logs.
       metrics_prefix: Prefix of the metric tags.
     """
+    log_interval_steps = log_interval_steps or None  # As Pax: 0 logs always.
     for field, value in [('write_interval_steps', write_interval_steps),
                          ('accumulate_interval_steps',
                           accumulate_interval_steps),
@@ -266,15 +470,30 @@ class SummaryHandler:
       self,
       step: int,
       loss: Any,
-      weighted_scalars: Mapping[str, Any],
-      summary_tensors: Mapping[str, Any],
+      weighted_scalars: Mapping[str, Any] | None,
+      summary_tensors: Mapping[str, Any] | None,
       per_example_out: Any = None,
       steps_per_sec: float | None = None,
+      clu_metrics: Mapping[str, Any] | None = None,
   ) -> bool:
-    """Takes one step's outputs; returns whether this step writes summaries."""
+    """Takes one step's outputs; returns whether this step writes summaries.
+
+    Args:
+      step: The step.
+      loss: Its loss.
+      weighted_scalars: key -> (value, weight), or None.
+      summary_tensors: The layer summaries (nested dict), or None.
+      per_example_out: Logged at log steps, if given.
+      steps_per_sec: The training speed, written as `Steps/sec`.
+      clu_metrics: key -> clu-style metric (merged when accumulating), or
+        None.
+
+    Returns:
+      Whether this step's summaries are written.
+    """
     step = int(step)
-    args = (step, loss, weighted_scalars, summary_tensors, per_example_out,
-            steps_per_sec)
+    args = (step, loss, weighted_scalars or {}, summary_tensors or {},
+            per_example_out, steps_per_sec, clu_metrics or {})
     if self._pool is None:
       self._process(*args)
     else:
@@ -298,7 +517,7 @@ class SummaryHandler:
 
   def _process(self, step: int, loss: Any, weighted_scalars: Any,
                summary_tensors: Any, per_example_out: Any,
-               steps_per_sec: float | None) -> None:
+               steps_per_sec: float | None, clu_metrics: Any) -> None:
     accumulate = (self._accumulate_every is not None
                   and step % self._accumulate_every == 0)
     write = step % self._write_every == 0
@@ -308,18 +527,24 @@ class SummaryHandler:
       if per_example_out is not None:
         logging.info('per_example_out: %s', per_example_out)
     if accumulate or (write and self._accumulate_every is None):
-      self._add(step, loss, weighted_scalars, summary_tensors, steps_per_sec)
+      self._add(step, loss, weighted_scalars, summary_tensors, steps_per_sec,
+                clu_metrics)
     if write and self._losses:
       write_summary_entry(
-          self._writer, self._latest_step, np.mean(self._losses),
-          self._weighted, self._tensors,
+          self._writer, self._latest_step,
+          np.mean(np.concatenate([np.ravel(x) for x in self._losses])),
+          self._weighted, self._clu, self._tensors,
           np.mean(self._speeds) if self._speeds else None, self._prefix)
       self._clear()
 
   def _add(self, step: int, loss: Any, weighted_scalars: Any,
-           summary_tensors: Any, steps_per_sec: float | None) -> None:
+           summary_tensors: Any, steps_per_sec: float | None,
+           clu_metrics: Any) -> None:
     self._latest_step = step
-    self._losses.append(np.mean(_host(loss)))
+    if clu_metrics:
+      self._clu = metric_utils.merge_clu_metrics(
+          self._clu, dict(jax.device_get(clu_metrics)))
+    self._losses.append(_host(loss))  # Averaged over all entries at writes.
     for key, pair in weighted_scalars.items():
       self._weighted[key].append(tuple(_host(v) for v in pair))
     for key, tensor in flatten_summary_dict(summary_tensors):
@@ -329,7 +554,8 @@ class SummaryHandler:
 
   def _clear(self) -> None:
     self._latest_step = -1
-    self._losses: list[float] = []
+    self._losses: list[np.ndarray] = []
     self._weighted: dict[str, list[Any]] = collections.defaultdict(list)
     self._tensors: dict[str, list[Any]] = collections.defaultdict(list)
     self._speeds: list[float] = []
+    self._clu: dict[str, Any] = {}

@@ -5,11 +5,14 @@ import io
 import os
 import shutil
 import tempfile
+import types
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 from jax import numpy as jnp
 import numpy as np
+from paxml import base_metrics
 from paxml import summary_utils
 from PIL import Image
 from praxis import test_utils
@@ -59,7 +62,7 @@ class SummaryUtilsTest(test_utils.TestCase):
     summary_utils.write_summary_entry(
         writer, 10,
         loss=jnp.array([1.0, 3.0]),
-        weighted_scalars={
+        weighted_scalars_list={
             'acc': (jnp.array(0.5), jnp.array(4.0)),
             'err': [(np.array([1.0, 2.0]), np.array([1.0, 3.0])),
                     (np.array(3.0), np.array(4.0))],
@@ -81,22 +84,23 @@ class SummaryUtilsTest(test_utils.TestCase):
         'Metrics/acc-weight': [(10, 4.0)],
         'Metrics/err': [(10, 2.375)],
         'Metrics/err-weight': [(10, 8.0)],
-        'lm/x': [(10, 1.5)],
-        'lm/mean': [(10, 1.5)],
+        'lm/x_scalar': [(10, 1.5)],
+        'lm/mean_scalar': [(10, 1.5)],
     })
-    (image,) = acc.Images('lm/pic')
-    self.assertEqual((image.step, image.height, image.width), (10, 4, 10))
-    pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)))
-    # Two images side by side, unchanged (uint8 is written as is).
-    self.assertArraysEqual(pixels, np.concatenate([img0, img1], axis=1))
-    (h,) = acc.Histograms('lm/w')
+    # One tag per image, pixels unchanged (uint8 is written as is).
+    for i, img in enumerate([img0, img1]):
+      (image,) = acc.Images(f'lm/pic_image/{i}')
+      self.assertEqual((image.step, image.height, image.width), (10, 4, 5))
+      pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)))
+      self.assertArraysEqual(pixels, img)
+    (h,) = acc.Histograms('lm/w_histogram')
     self.assertEqual(h.step, 10)
     self.assertEqual(h.histogram_value.num, 50)
     self.assertAllClose(
         [h.histogram_value.min, h.histogram_value.max,
          h.histogram_value.sum, h.histogram_value.sum_squares],
         [hist.min(), hist.max(), hist.sum(), np.sum(hist**2)], atol=1e-4)
-    (text,) = acc.Tensors('lm/note/text_summary')
+    (text,) = acc.Tensors('lm/note_text/text_summary')
     self.assertEqual(text.tensor_proto.string_val, [b'hello'])
 
   def test_write_text(self):
@@ -111,7 +115,8 @@ class SummaryUtilsTest(test_utils.TestCase):
     with summary_utils.get_summary_writer(
         self.logdir, enable_summary_writer=False) as writer:
       summary_utils.write_summary_entry(
-          writer, 1, 1.0, {'m': (1.0, 1.0)}, {'x_scalar': 1.0})
+          writer, 1, 1.0, {'m': (1.0, 1.0)},
+          summary_tensors={'x_scalar': 1.0})
       summary_utils.write_text(writer, 0, 'Model', 'text')
     self.assertEqual(os.listdir(self.logdir), [])
 
@@ -137,15 +142,20 @@ class SummaryUtilsTest(test_utils.TestCase):
     got = _scalars(_read(writer, self.logdir))
     self.assertEqual(dict(got['loss']), losses)
     self.assertEqual(dict(got['Steps/sec']), losses)
-    self.assertEqual(dict(got['s']), {k: v * 10 for k, v in losses.items()})
+    self.assertEqual(dict(got['s_scalar']),
+                     {k: v * 10 for k, v in losses.items()})
     self.assertAllClose(dict(got['Metrics/m']), metrics)
 
   def test_errors(self):
     writer = self._writer()
     with self.assertRaisesRegex(ValueError, "'bad' must be a .value, weight"):
-      summary_utils.write_summary_entry(writer, 1, 1.0, {'bad': (1, 2, 3)}, {})
+      summary_utils.write_summary_entry(writer, 1, 1.0, {'bad': (1, 2, 3)})
     with self.assertRaisesRegex(ValueError, 'no summary type suffix'):
-      summary_utils.write_summary_entry(writer, 1, 1.0, {}, {'x': 1.0})
+      summary_utils.write_summary_entry(writer, 1, 1.0, {},
+                                        summary_tensors={'x': 1.0})
+    with self.assertRaisesRegex(ValueError, 'No summary writer'):
+      summary_utils.write_summary_tensor(
+          1, 'x', 1.0, summary_utils.SummaryType.SCALAR)
     with self.assertRaisesRegex(ValueError,
                                 "'eval': accumulate_interval_steps must be"):
       summary_utils.SummaryHandler(writer, 10, accumulate_interval_steps=0,
@@ -156,12 +166,85 @@ class SummaryUtilsTest(test_utils.TestCase):
     writer = self._writer()
     summary_utils.write_summary_entry(
         writer, 3, 1.0, {},
-        {'a_audio': np.zeros((1, 8, 1), np.float32),
-         'v_video': np.zeros((1, 2, 4, 4, 3), np.uint8),
-         'x_scalar': 4.0})
+        summary_tensors={'a_audio': np.zeros((1, 8, 1), np.float32),
+                         'v_video': np.zeros((1, 2, 4, 4, 3), np.uint8),
+                         'x_scalar': 4.0})
     acc = _read(writer, self.logdir)
     self.assertEqual(acc.Tags()['audio'], [])
-    self.assertEqual(_scalars(acc), {'loss': [(3, 1.0)], 'x': [(3, 4.0)]})
+    self.assertEqual(_scalars(acc), {'loss': [(3, 1.0)],
+                                     'x_scalar': [(3, 4.0)]})
+
+  def test_clu_metrics_are_merged_and_computed(self):
+    writer = self._writer()
+    handler = summary_utils.SummaryHandler(writer, 2,
+                                           accumulate_interval_steps=1)
+    metric = base_metrics.WeightedScalarCluMetric.create
+    for step, (values, weights) in enumerate(
+        [([1.0, 3.0], [1.0, 1.0]), ([6.0], [2.0])], start=1):
+      handler.process(step, 0.0, None, None, clu_metrics={
+          'acc': metric(value=jnp.array(values), weight=jnp.array(weights))})
+    handler.close()
+    # (1 + 3 + 6 * 2) / (1 + 1 + 2) = 4.
+    self.assertEqual(_scalars(_read(writer, self.logdir))['Metrics/acc'],
+                     [(2, 4.0)])
+
+  def test_model_texts(self):
+    writer = self._writer()
+    state = types.SimpleNamespace(mdl_vars={
+        'a': {'w': np.zeros((3, 4), np.float32)}, 'b': np.zeros((5,))})
+    summary_utils.write_model_structure(writer, state, False)
+    summary_utils.write_total_num_params(writer, 1234567)
+    summary_utils.write_global_batch_size(writer, 2048)
+    acc = _read(writer, self.logdir)
+
+    def text(tag):
+      (event,) = acc.Tensors(f'{tag}/text_summary')
+      return event.tensor_proto.string_val[0].decode()
+
+    self.assertEqual(text('Model').split(), ['a:', 'w:', "'3x4'", 'b:', "'5'"])
+    self.assertEqual(text('Total Num Params'), '1 234 567')
+    self.assertEqual(text('Global batch size'), '2 048')
+
+
+class TreeHelpersTest(test_utils.TestCase):
+
+  def test_pretty_repr(self):
+    self.assertEqual(summary_utils.pretty_repr({'a': [1, 2], 'b': {}}),
+                     '{\n    a: [\n        1,\n        2,\n    ],\n'
+                     '    b: {},\n}')
+    self.assertEqual(summary_utils.pretty_format_iters('{\n a: [1],\n}'),
+                     ' a: 1')
+
+  def test_l2_mean_is_the_rms_of_each_subtree(self):
+    tree = {'x': {'u': np.array([3.0, 4.0]), 'v': np.array([0.0])},
+            'y': np.array([[2.0, 2.0], [2.0, 2.0]])}
+    got = summary_utils.l2_mean(tree, prefix='p', max_level=1)
+    # x: sqrt((9 + 16 + 0) / 3); y: sqrt(16 / 4).
+    self.assertAllClose(got, {'p/x': np.sqrt(25 / 3), 'p/y': 2.0})
+    self.assertEqual(sorted(summary_utils.l2_mean(tree)),
+                     ['x/u', 'x/v', 'y'])
+
+  def test_flatten_flax_summaries_numbers_repeated_layers(self):
+    got = summary_utils.flatten_flax_summaries(
+        {'lm': {'loss_scalar': [1, 2], 'pic_image': 3}})
+    self.assertEqual(got, {'lm/loss_0_scalar': 1, 'lm/loss_1_scalar': 2,
+                           'lm/pic_image': 3})
+
+  def test_display_name_drops_the_aggregate_marker(self):
+    self.assertEqual(
+        summary_utils.get_summary_display_name_from_key('a/m_aggregate_scalar'),
+        'a/m_scalar')
+
+  def test_aggregate_per_replica_summaries(self):
+    def fn(x):
+      return summary_utils.aggregate_per_replica_summaries(
+          {'s_scalar': x, 'p_image': jnp.broadcast_to(x, (1, 2, 2, 1))})
+
+    out = jax.pmap(fn, axis_name=summary_utils.PMAP_PARALLEL_AXIS_NAME)(
+        jnp.arange(1.0, jax.local_device_count() + 1))
+    n = jax.local_device_count()
+    self.assertAllClose(out['s_scalar'], np.full((n,), (n + 1) / 2))
+    self.assertEqual(out['p_image'].shape, (n, n, 2, 2, 1))
 
 
 if __name__ == '__main__':
