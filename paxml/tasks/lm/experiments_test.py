@@ -56,6 +56,9 @@ _NOMINAL = {
     'BertSpmdL33H12kBiggerBatch8x8x16': 100e9,
     'BertSpmdL66H12kBiggerBatch8x8x16': 200e9,
     'BertSpmdL66H12kBiggerBatch8x8x8': 200e9,
+    # Named 22B by Pax, but 16 layers of D 2048: 0.87B.
+    **{f'C4Spmd22BAdam{n}xv4_8{v}': 1e9 for n in (1, 2, 4)
+       for v in ('', 'LimitSteps')},
 }
 _NOMINAL_RTOL = 0.15  # Pax rounds: C4Spmd22BAdam1xv4_384 has 24.5B.
 
@@ -118,6 +121,8 @@ class CatalogueTest(parameterized.TestCase):
         'LmCloudSpmdPipeline9B', 'LmCloudSpmdPipeline175B',
         'C4SpmdAdam', 'C4Spmd1BAdam4Replicas', 'C4Spmd16BAdam32Replicas',
         'C4SpmdPipelineGpt3SmallAdam64Replicas', 'C4Spmd22BAdam2xv4_128',
+        'C4Spmd22BAdam4xv4_8LimitSteps', 'C4SpmdGpt3AdamDataParallel2x16x16',
+        'C4Spmd32BAdam2xv5_256',
         'BertAdamL4H128', 'BertSpmdL4H128',
     }
     self.assertLessEqual(expected, set(_EXPERIMENTS))
@@ -172,6 +177,11 @@ class CatalogueTest(parameterized.TestCase):
   def test_limit_steps_and_family_depth(self):
     self.assertEqual(lm_cloud.LmCloudSpmd2BLimitSteps().task()
                      .train.num_train_steps, 300)
+    multislice = c4_multislice.C4Spmd22BAdam4xv4_128LimitSteps()
+    self.assertEqual(multislice.task().train.num_train_steps, 300)
+    self.assertEqual(multislice.DCN_MESH_SHAPE, (4, 1, 1))
+    self.assertEqual(c4_multislice.C4SpmdGpt3AdamDataParallel2x16x16().task()
+                     .summary_verbosity, 0)
     self.assertEqual(lm_cloud.LmCloudTransformerAdamLimitSteps().task()
                      .train.num_train_steps, 2000)
     bases = (model_params.TransformerLmSpmdAdafactor,
