@@ -8,8 +8,8 @@ C4Spmd32BAdam{1,2}xv5_256.
 Model sizes follow MaxText's multislice benchmarks (22B and 32B parameters;
 the `xv4_8` ones are a 1B-sized model of the same recipe for small slices);
 the slices multiply the mesh through DCN_MESH_SHAPE ([replica, data, mdl]
-across slices). LimitSteps variants stop after 300 steps. Run one process per host of every slice, e.g. on two
-v4-128 slices:
+across slices). LimitSteps variants stop after 300 steps. Run one process
+per host of every slice, e.g. on two v4-128 slices:
 
   C4_DATA_DIR=/data/c4/en python -m paxml.main \
       --exp=tasks.lm.params.c4_multislice.C4Spmd22BAdam2xv4_128 \
