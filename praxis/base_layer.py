@@ -181,9 +181,11 @@ _SHARED_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any) -> Any:
   """Builds a child layer; layers with a `shared_weight_layer_id` are shared.
 
-  Within one `init`/`apply` (one root scope), the first layer built with a
-  given `shared_weight_layer_id` is returned again for every later config
-  with that id, so all of them use the same variables.
+  Within one `init`/`apply` (one root scope), the first config with a given
+  `shared_weight_layer_id` builds the layer at the top of the variable tree,
+  as `<shared_weight_layer_id>/...` (as Pax places it, whoever creates it);
+  every later config with that id gets the same layer, so all of them use
+  the same variables.
 
   Args:
     layer_p: The child's config.
@@ -197,7 +199,7 @@ def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any) -> Any:
     return pax_fiddle.instantiate(layer_p)
   cache = _shared_layer_cache().setdefault(scope_root, {})
   if shared_id in cache:
-    layer, first_p = cache[shared_id]
+    layer, first_p, _ = cache[shared_id]
     if fdl.get_callable(first_p) is not fdl.get_callable(layer_p):
       raise ValueError(
           f'Layers sharing weights as {shared_id!r} must be of one class: '
@@ -205,8 +207,15 @@ def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any) -> Any:
           f'{fdl.get_callable(layer_p).__name__}.'
       )
     return layer
-  layer = pax_fiddle.instantiate(layer_p)
-  cache[shared_id] = (layer, layer_p)
+  wrapped_p = layer_p.clone()
+  wrapped_p.shared_weight_layer_id = None
+  wrapper = pax_fiddle.instantiate(
+      pax_fiddle.Config(_SharedLayerHolder, name=shared_id, cld_tpl=wrapped_p),
+      parent=scope_root,
+  )
+  layer = wrapper.cld
+  # Flax holds parents weakly: the cache keeps the holder alive.
+  cache[shared_id] = (layer, layer_p, wrapper)
   return layer
 
 
@@ -535,6 +544,7 @@ class BaseLayer(nn.Module):
     created.add(name)
     if self._state.in_setup:
       setattr(self, name, child)
+      child = getattr(self, name)  # As adopted by Flax.
     return child
 
   def create_children(
@@ -556,6 +566,7 @@ class BaseLayer(nn.Module):
       children.append(instantiate_layer(p, root))
     if self._state.in_setup:
       setattr(self, name, children)
+      children = list(getattr(self, name))  # As adopted by Flax.
     return children
 
   def _created_names(self) -> set[str]:
@@ -987,6 +998,16 @@ def get_template_fields(cls: type[Any]) -> frozenset[str]:
 def is_running_under_pmap() -> bool:
   """Always False: Pax runs every program under one `jax.jit`."""
   return False
+
+
+class _SharedLayerHolder(BaseLayer):
+  """Bound to the root scope; builds a shared layer there, as `name`."""
+
+  cld_tpl: pax_fiddle.Config[BaseLayer] | None = template_field(None)
+
+  def setup(self) -> None:
+    self.create_child(self.name, self.cld_tpl)
+    self.cld = getattr(self, self.name)
 
 
 # Type hints for code that annotates against praxis.

@@ -273,9 +273,34 @@ class ChildrenTest(test_utils.TestCase):
     layer = instantiate(pax_fiddle.Config(SharedPair, name='s'))
     x = self.rng.normal(size=(1, 2)).astype(np.float32)
     variables = _init(layer, x)
-    self.assertEqual(set(variables['params']), {'first'})
-    w = np.asarray(variables['params']['first']['w'])
+    # As in Pax, a shared layer lives at the top, under its id.
+    self.assertEqual(set(variables['params']), {'tied'})
+    w = np.asarray(variables['params']['tied']['w'])
     self.assertAllClose(layer.apply(variables, x), x @ w @ w, atol=1e-5)
+
+  def test_sharing_inside_a_shared_layer(self):
+    # Pairs sharing 'outer', each made of Lins sharing 'inner': one weight.
+    inner = pax_fiddle.Config(Lin, input_dims=2, output_dims=2,
+                              shared_weight_layer_id='inner')
+    pair = pax_fiddle.Config(Parent, lin_tpl=inner, num_extra=1,
+                             shared_weight_layer_id='outer')
+
+    class TwoPairs(base_layer.BaseLayer):
+
+      def setup(self):
+        self.create_children('pairs', [pair, pair])
+
+      def __call__(self, x):
+        return self.pairs[1](self.pairs[0](x))
+
+    layer = instantiate(pax_fiddle.Config(TwoPairs, name='top'))
+    x = self.rng.normal(size=(1, 2)).astype(np.float32)
+    variables = _init(layer, x)
+    self.assertEqual(jax.tree.map(np.shape, variables),
+                     {'params': {'inner': {'w': (2, 2)}}})
+    w = np.asarray(variables['params']['inner']['w'])
+    self.assertAllClose(layer.apply(variables, x), x @ w @ w @ w @ w,
+                        atol=1e-5)
 
   def test_instance_field_is_built_and_adopted(self):
 
