@@ -10,7 +10,7 @@ Public names:
   extract_ema, adafactor_decay_rate_adam, adafactor_decay_rate_pow,
   reduce_mean, reduce_rms, BaseOptimizer, OptaxOptimizer, Sgd, ShardedSgd,
   Adam, Lion, Lamb, Lars, Adagrad, ShardedAdagrad, Adafactor,
-  ShardedAdafactor, ShardedStaticAccumulator.
+  ShardedAdafactor, ShardedAdafactorState, ShardedStaticAccumulator.
 
 Every optimizer is an `optax.chain` of optax transforms. An optimizer object
 (`BaseOptimizer` and subclasses) is configured with `pax_fiddle.Config` and
@@ -49,7 +49,7 @@ Example:
   params = optax.apply_updates(params, updates)
 
 Not provided: DistributedShampoo / ShardedDistributedShampoo (they need
-`optax_shampoo`), HeroLion, the `ShardedAdafactorState` layout.
+`optax_shampoo`), HeroLion.
 
 Past STYLE.md's 800 lines: this public path holds Pax's configurable
 optimizers (3,000 lines upstream); a third of it documents upstream fields.
@@ -70,6 +70,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from praxis import _adafactor_state
 from praxis import _optimizer_transforms
 from praxis import base_hyperparams
 from praxis import base_layer
@@ -96,6 +97,7 @@ partition_params = _optimizer_transforms.partition_params
 partition_spec_like_state = _optimizer_transforms.partition_spec_like_state
 sharded_chain = _optimizer_transforms.sharded_chain
 sharded_masked = _optimizer_transforms.sharded_masked
+ShardedAdafactorState = _adafactor_state.ShardedAdafactorState
 count_init_fn = _optimizer_transforms.count_init_fn
 count_init_partition_spec_fn = (
     _optimizer_transforms.count_init_partition_spec_fn)
@@ -339,7 +341,7 @@ def sharded_adafactor(
   if weight_decay:
     txs += _adafactor_weight_decay(learning_rate_fn, weight_decay)
   txs.append(optax.scale(-1.0))
-  return _sharded(optax.chain(*txs))
+  return _sharded(_adafactor_state.pax_layout(optax.chain(*txs)))
 
 
 def sharded_static_accumulation(
@@ -748,9 +750,11 @@ class ShardedAdafactor(BaseOptimizer):
 
   Differences from Pax: variables of rank > 2 factor their two largest dims
   (Pax: the last two, unless sort_factored_second_moment_dims); integer
-  quantized_dtype stores momentum in float32; per_var_learning_summary,
-  respect_skip_lp_regularization and exclude_from_layerwise_adaptation are
-  accepted and ignored; layerwise_adaptation=True raises.
+  quantized_dtype stores momentum in float32 (m_scale holds placeholders);
+  per_var_learning_summary, respect_skip_lp_regularization and
+  exclude_from_layerwise_adaptation are accepted and ignored;
+  layerwise_adaptation=True raises. The state is Pax's
+  `ShardedAdafactorState(count, m, m_scale, vr, vc, v)`.
 
   Attributes:
     weight_decay: Decoupled decay rate times lr, or {name regex: rate}.

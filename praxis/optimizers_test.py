@@ -201,10 +201,18 @@ class OptimizersTest(test_utils.TestCase):
   def test_sharded_adafactor(self, fields, decay, beta1, wd):
     cfg = _cfg(optimizers.ShardedAdafactor, clip_threshold=0.5,
                multiply_by_parameter_scale=True, **fields)
-    got, _, _ = _run(cfg, self.params, self.grads)
+    got, _, state = _run(cfg, self.params, self.grads)
     want = _np_steps(self.params, self.grads,
                      _np_adafactor(decay, beta1, clip=0.5, wd=wd))
     self.assertUpdatesClose(got, want, rtol=1e-4)
+    # Pax's state layout: one count; w [3, 4] keeps row and column means of
+    # g**2 (shapes [3] and [4]); unused slots are [1] placeholders.
+    adafactor = state[2]
+    self.assertIsInstance(adafactor, optimizers.ShardedAdafactorState)
+    self.assertEqual(int(adafactor.count), 3)
+    self.assertEqual((adafactor.vr.w.shape, adafactor.vc.w.shape), ((3,), (4,)))
+    self.assertEqual((adafactor.v.w.shape, adafactor.v.b.shape), ((1,), (4,)))
+    self.assertEqual(adafactor.m.w.shape, (3, 4) if beta1 else (1,))
 
   def test_sharded_adafactor_decay_by_name(self):
     cfg = _cfg(optimizers.ShardedAdafactor, decay_method='pow', decay_pow=0.8,
@@ -400,12 +408,14 @@ class OptimizersTest(test_utils.TestCase):
                         tensor_split_dims_mapping=('mdl',)))
     params = NestedMap(w=jnp.ones((4, 8)), u=jnp.ones((4, 8)),
                        b=jnp.ones((8,)))
-    # Factored statistics drop the largest dim (8) for v_row and the other
-    # one for v_col; (1,)-shaped placeholders are replicated.
-    factored = {('v_row', 'w'): P('data'), ('v_row', 'u'): P('mdl'),
-                ('v_col', 'w'): P('mdl'), ('v_col', 'u'): P('data'),
-                ('v_row', 'b'): P(None), ('v_col', 'b'): P(None),
-                ('v', 'w'): P(None), ('v', 'u'): P(None)}
+    # Factored statistics (Pax's ShardedAdafactorState.vr / vc) drop the
+    # largest dim (8) for vr and the other one for vc; (1,)-shaped
+    # placeholders (v of factored variables, m_scale) are replicated.
+    factored = {('vr', 'w'): P('data'), ('vr', 'u'): P('mdl'),
+                ('vc', 'w'): P('mdl'), ('vc', 'u'): P('data'),
+                ('vr', 'b'): P(None), ('vc', 'b'): P(None),
+                ('v', 'w'): P(None), ('v', 'u'): P(None),
+                **{('m_scale', k): P(None) for k in 'wub'}}
     mesh = jax.sharding.AbstractMesh((2, 4), axes)
     cases = [
         _cfg(optimizers.Adam, ema_decay=0.9, clip_gradient_norm_to_value=1.0),
