@@ -52,8 +52,20 @@ def _leaf_name(path: Any) -> str:
   return jax.tree_util.keystr(path)
 
 
-def restore_state(state_dir: epath.PathLike, abstract_state: Any) -> Any:
-  """Reads a Flax state item into the shapes/shardings of `abstract_state`."""
+def restore_state(state_dir: epath.PathLike, abstract_state: Any,
+                  strict: bool = True) -> Any:
+  """Reads a Flax state item into the shapes/shardings of `abstract_state`.
+
+  Args:
+    state_dir: `checkpoint_<step>/state` (or a legacy msgpack file).
+    abstract_state: TrainState of ShapeDtypeStructs (or arrays).
+    strict: False to read the leading part of the stored leaves, e.g. step
+      and model variables into a state without optimizer states (the fields
+      flatten in the order step, mdl_vars, opt_states, extra_state).
+
+  Returns:
+    The TrainState of jax.Arrays.
+  """
   state_dir = epath.Path(state_dir)
   path = state_dir if state_dir.is_file() else state_dir / FILE_NAME
   try:
@@ -64,6 +76,8 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any) -> Any:
                      f'(truncated or another format): {e}') from e
   wanted = jax.tree_util.tree_flatten_with_path(
       abstract_state, is_leaf=py_utils.is_bprop_masked_node)[0]
+  if not strict and len(stored) > len(wanted):
+    stored = stored[:len(wanted)]
   if len(stored) != len(wanted):
     raise ValueError(
         f'Checkpoint {path} holds {len(stored)} arrays but the model state '

@@ -106,7 +106,7 @@ def read_state(state_dir: epath.PathLike, abstract_state: Any,
   """Reads a state item of any Pax layout (GDA 1.1/1.2, FLAX)."""
   state_dir = epath.Path(state_dir)
   if flax_format.is_flax_state(state_dir):
-    return flax_format.restore_state(state_dir, abstract_state)
+    return flax_format.restore_state(state_dir, abstract_state, strict)
   return pax_format.restore_state(state_dir, abstract_state, strict)
 
 

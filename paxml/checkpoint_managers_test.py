@@ -5,9 +5,11 @@ The fixtures in testdata/pax14_checkpoints were written by the real Pax 1.4
 its path, shape, dtype and the sum of its values as the real Pax restored it.
 """
 
+import importlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 from absl.testing import absltest
@@ -17,7 +19,11 @@ import numpy as np
 from paxml import checkpoint_managers
 from paxml import checkpoint_metadata
 from paxml import checkpoints
+from paxml import experiment_registry
 from paxml import train_states
+from praxis import base_hyperparams
+from praxis import base_layer
+from praxis import py_utils
 from praxis import test_utils
 
 _FIXTURES = epath.Path(__file__).parent / 'testdata' / 'pax14_checkpoints'
@@ -176,6 +182,57 @@ class Pax14FixtureTest(test_utils.TestCase):
     msgpack.write_bytes(msgpack.read_bytes()[:100])
     with self.assertRaisesRegex(ValueError, 'not a Pax Flax checkpoint'):
       checkpoints.restore_checkpoint(_abstract_state(_ref('pmap')), self.tmp)
+
+
+def _model_loss(kind):
+  """(our loss, the real Pax's loss) of the fixture's model and first batch.
+
+  The model is built here from the same experiment the real Pax ran, its
+  variables read from the real Pax's checkpoint.
+  """
+  ref = _ref(kind)
+  sys.path.insert(0, str(_FIXTURES.parent))
+  importlib.import_module('pax14_fixture_lm')
+  exp = experiment_registry.get(ref['experiment'])()
+  task = base_hyperparams.instantiate(exp.task())
+  batch = py_utils.NestedMap(
+      {k: np.asarray(v) for k, v in ref['batch'].items()})
+  for k, v in batch.items():
+    batch[k] = v.astype(np.float32 if v.dtype == np.float64 else np.int32)
+  specs = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                       batch)
+  with base_layer.JaxContext.new_context():
+    weights = task.model.abstract_init_with_metadata(specs)
+  mdl_vars = jax.tree.map(
+      lambda w: jax.ShapeDtypeStruct(
+          tuple(w.repeat_prefix or ()) + tuple(w.shape), w.dtype),
+      weights, is_leaf=lambda x: isinstance(x, base_layer.WeightHParams))
+  abstract = train_states.TrainState(
+      step=jax.ShapeDtypeStruct((), np.uint32), mdl_vars=mdl_vars,
+      opt_states=[])
+  [step_dir] = list((_FIXTURES / kind / 'checkpoints').iterdir())
+  state = checkpoint_managers.read_state(step_dir / 'state', abstract,
+                                         strict=False)
+  dtype = task.model.fprop_dtype  # Floats go in as Pax's trainer casts them.
+  batch = jax.tree.map(
+      lambda x: x.astype(dtype) if x.dtype == np.float32 else x, batch)
+  with base_layer.JaxContext.new_context():
+    (metrics, _), _ = task.model.apply(
+        state.mdl_vars, batch, rngs={'dropout': jax.random.PRNGKey(1),
+                                     'random': jax.random.PRNGKey(2)},
+        mutable=True)
+  return float(metrics['total_loss'][0]), ref['loss']
+
+
+class Pax14ModelTest(test_utils.TestCase):
+
+  def test_spmd_model_on_the_real_pax_variables_gives_its_loss(self):
+    ours, theirs = _model_loss('spmd')
+    self.assertAllClose(ours, theirs, rtol=1e-3)  # bfloat16 activations.
+
+  def test_pmap_model_on_the_real_pax_variables_gives_its_loss(self):
+    ours, theirs = _model_loss('pmap')
+    self.assertAllClose(ours, theirs, rtol=1e-3)
 
 
 class OrbaxCheckpointManagerTest(test_utils.TestCase):
