@@ -6,8 +6,9 @@ Public names:
   wrap_templates, copy_inheritable_base_layer_params, empty_flax_module_stack,
   build_with_empty_flax_module_stack, TemplateWrapper, DoNotBuild,
   field_has_tag, field_metadata, FieldMetadata, update_callable,
-  template_argument_names, CloneAndSetMixin; and re-exports of fiddle's
-  tagging and mutation helpers (`add_tag`, `assign`, `cast`, `copy_with`, ...).
+  template_argument_names, CloneAndSetMixin, BasicTraversal,
+  MemoizedTraversal, iterate, register_hparams_traverser; and re-exports of
+  fiddle's tagging and mutation helpers (`add_tag`, `assign`, `cast`, ...).
 
 A new config of a dataclass receives the tags of its `field(tags=...)`s and,
 for each unset field with a config default (`instance_field`,
@@ -77,9 +78,6 @@ materialize_defaults = fdl.materialize_defaults
 set_tagged = fdl.set_tagged
 Tag = fdl.Tag
 TaggedValue = fdl.TaggedValue
-BasicTraversal = daglish.BasicTraversal
-MemoizedTraversal = daglish.MemoizedTraversal
-iterate = daglish.iterate
 
 # Keys of the dataclass field metadata that Pax fields carry.
 _FIELD_KIND = 'pax_field_kind'  # 'template' or 'instance'.
@@ -922,3 +920,51 @@ def auto_config(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
 
 
 exempt = fdl_auto_config.exempt
+
+
+# ----------------------------------------------------------------------------
+# Daglish traversals that also enter registered HParams dataclasses.
+# ----------------------------------------------------------------------------
+
+# Fiddle's own traversers, plus one per registered HParams dataclass.
+_hparams_registry = daglish.NodeTraverserRegistry(use_fallback=True)
+
+
+def register_hparams_traverser(cls: type[Any]) -> None:
+  """Lets `iterate` and the traversals below enter instances of `cls`.
+
+  `cls` is a dataclass of hyper-parameters (such as Pax's dataclass-style
+  `BaseHyperParams`); its children are its fields, rebuilt with `cls(**...)`.
+  Other dataclasses stay leaves, as in fiddle.
+
+  Args:
+    cls: A dataclass.
+  """
+  names = tuple(f.name for f in dataclasses.fields(cls))
+  path = [daglish.Attr(name) for name in names]
+  _hparams_registry.register_node_traverser(
+      cls,
+      flatten_fn=lambda v: (tuple(getattr(v, n) for n in names), ()),
+      unflatten_fn=lambda values, _: cls(**dict(zip(names, values))),
+      path_elements_fn=lambda _: list(path),
+  )
+
+
+_register_traversers_for_subclass = register_hparams_traverser  # Pax's name.
+
+
+@dataclasses.dataclass
+class BasicTraversal(daglish.BasicTraversal):
+  """`daglish.BasicTraversal` that enters registered HParams dataclasses."""
+
+  registry: daglish.NodeTraverserRegistry = _hparams_registry
+
+
+@dataclasses.dataclass
+class MemoizedTraversal(daglish.MemoizedTraversal):
+  """`daglish.MemoizedTraversal` that enters registered HParams dataclasses."""
+
+  registry: daglish.NodeTraverserRegistry = _hparams_registry
+
+
+iterate = functools.partial(daglish.iterate, registry=_hparams_registry)

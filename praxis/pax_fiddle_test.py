@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 from absl.testing import absltest
 import fiddle as fdl
+from fiddle import daglish
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import py_utils
@@ -289,6 +290,41 @@ class LayerParamsInitTest(test_utils.TestCase):
                      base_layer.WeightInit('gaussian', 2.0))
     # The child template inherits the parent's non-default initialiser.
     self.assertEqual(parent.child_tpl.params_init.method, 'gaussian')
+
+
+class TraversalTest(test_utils.TestCase):
+
+  def test_registered_hparams_dataclasses_are_entered(self):
+
+    @dataclasses.dataclass
+    class Hp:
+      a: int = 1
+      leaf: Any = None
+
+    @dataclasses.dataclass
+    class Plain:
+      b: int = 2
+
+    hp = Hp(leaf=pax_fiddle.Config(Leaf, x=3))
+    cfg = pax_fiddle.Config(Leaf, y=[hp, Plain()])
+    paths = lambda it: {daglish.path_str(p) for _, p in it(cfg)}
+    self.assertNotIn('.y[0].leaf', paths(daglish.iterate))
+    pax_fiddle.register_hparams_traverser(Hp)
+    found = paths(pax_fiddle.iterate)
+    self.assertContainsSubset({'.y[0].a', '.y[0].leaf', '.y[0].leaf.x'},
+                              found)
+    self.assertNotIn('.y[1].b', found)  # Unregistered: a leaf.
+
+    def bump(value, state):
+      value = state.map_children(value)
+      return value + 1 if isinstance(value, int) else value
+
+    for traversal in (pax_fiddle.BasicTraversal,
+                      pax_fiddle.MemoizedTraversal):
+      bumped = traversal.run(bump, cfg)
+      self.assertEqual(bumped.y[0],
+                       Hp(a=2, leaf=pax_fiddle.Config(Leaf, x=4)))
+      self.assertEqual(bumped.y[1], Plain())
 
 
 class CopyFieldsFromTest(test_utils.TestCase):
