@@ -1,7 +1,7 @@
 """Tests of the LM experiment catalogue (`paxml.tasks.lm`).
 
-* Every registered experiment of `lm_cloud`, `c4`, `c4_multislice` and
-  `bert` builds its task and dataset configs, the task instantiates, the
+* Every registered experiment of `lm_cloud`, `c4`, `c4_multislice`,
+  `optimal_scaling` and `bert` builds its task and dataset configs, the task instantiates, the
   input specs have the per-host shapes its CLASS_ATTRs give, and its
   parameter count, computed in this file by hand from the CLASS_ATTRs, is
   within 15% of the size its name (or Pax's docstring) announces.
@@ -38,12 +38,13 @@ from paxml.tasks.lm.params import bert
 from paxml.tasks.lm.params import c4
 from paxml.tasks.lm.params import c4_multislice
 from paxml.tasks.lm.params import lm_cloud
+from paxml.tasks.lm.params import optimal_scaling
 from praxis import base_hyperparams
 from praxis import base_layer
 from praxis.layers import transformers
 
 instantiate = base_hyperparams.instantiate
-_MODULES = (lm_cloud, c4, c4_multislice, bert)
+_MODULES = (lm_cloud, c4, c4_multislice, bert, optimal_scaling)
 _EXPERIMENTS = {
     key.rsplit('.', 1)[1]: cls
     for key, cls in experiment_registry.get_all().items()
@@ -177,6 +178,10 @@ class CatalogueTest(parameterized.TestCase):
   def test_limit_steps_and_family_depth(self):
     self.assertEqual(lm_cloud.LmCloudSpmd2BLimitSteps().task()
                      .train.num_train_steps, 300)
+    scaled = optimal_scaling.OptimalScaling4x8x8()
+    self.assertEqual((scaled.MODEL_DIMS, scaled.HIDDEN_DIMS), (7168, 28672))
+    with self.assertRaisesRegex(ValueError, 'set NUM_LAYERS'):
+      _ = optimal_scaling.OptimalScaling().MODEL_DIMS
     multislice = c4_multislice.C4Spmd22BAdam4xv4_128LimitSteps()
     self.assertEqual(multislice.task().train.num_train_steps, 300)
     self.assertEqual(multislice.DCN_MESH_SHAPE, (4, 1, 1))
