@@ -1,11 +1,18 @@
 """BaseLayer: the Pax layer, a `flax.linen.Module` configured with Fiddle.
 
 Public names: BaseLayer, BaseLayerApi, instantiate, instantiate_layer,
-template_field, instance_field, sub_config_field, maybe_shard, the collection
-and RNG-stream names (PARAMS, NON_TRAINABLE, SUMMARIES, AUX_LOSS, ...), and,
-re-exported from private siblings, the variable declarations (`WeightInit`,
-`WeightHParams`, `WeightHParamsCollection`, `init_var`, ...) and the context
-(`JaxContext`, `SummaryType`, ...).
+template_field, instance_field, sub_config_field, maybe_shard,
+is_sublayer_template_or_instance, Theta, WrappedHParams, BoxedPartitionSpec,
+the collection and RNG-stream names (PARAMS, NON_TRAINABLE, SUMMARIES,
+AUX_LOSS, ...), Pax's type aliases (JTensorOrPartitionSpec, NestedJTensor,
+DecodeStateTransformFn, ...), and, re-exported from private siblings, the
+variable declarations (`WeightInit`, `WeightHParams`, `init_var`, ...), the
+context (`JaxContext`, `SummaryType`, ...) and the quantized-variable helpers
+(`_layer_quantization`).
+
+The file passes 800 lines because BaseLayer is one class whose public
+methods are Pax's API (configuration, children, variables, summaries,
+running, abstract init); the math and bookkeeping live in the siblings.
 
 A layer declares its hyper-parameters as dataclass fields, its variables and
 children in `setup`, and its computation in `__call__` (or `fprop`):
@@ -44,6 +51,7 @@ from flax import struct
 import jax
 import jax.numpy as jnp
 from praxis import _jax_context
+from praxis import _layer_quantization
 from praxis import _weights
 from praxis import base_hyperparams
 from praxis import pax_fiddle
@@ -81,6 +89,9 @@ NON_PAX_VAR_COLLECTION = ['batch_stats', 'params_axes']
 DEFAULT_INIT_MUTABLE_LIST = [PARAMS, NON_TRAINABLE] + NON_PAX_VAR_COLLECTION
 RANDOM = 'random'
 NON_PAX_RNG_KEY = 'dropout'
+QUANTIZED_SCALE_NAME_POSTFIX = _layer_quantization.QUANTIZED_SCALE_NAME_POSTFIX
+QUANTIZED_ZP_NAME_POSTFIX = _layer_quantization.QUANTIZED_ZP_NAME_POSTFIX
+SPARSITY_NAME_POSTFIX = _layer_quantization.SPARSITY_NAME_POSTFIX
 PMAP_PARALLEL_AXIS_NAME = 'batch'
 
 # Re-exports: variables.
@@ -531,7 +542,7 @@ class BaseLayer(nn.Module):
     """
     _check_template(self, name, params)
     _check_unique_name(self, name, 'child')
-    created = self._created_names()
+    created = self._private_children()
     if name in created:
       raise ValueError(
           f'{type(self).__name__}: child {name!r} was already created.'
@@ -541,10 +552,10 @@ class BaseLayer(nn.Module):
     p.name = name
     root = self.scope.root if self.scope is not None else None
     child = instantiate_layer(p, root)
-    created.add(name)
     if self._state.in_setup:
       setattr(self, name, child)
       child = getattr(self, name)  # As adopted by Flax.
+    created[name] = child
     return child
 
   def create_children(
@@ -567,15 +578,81 @@ class BaseLayer(nn.Module):
     if self._state.in_setup:
       setattr(self, name, children)
       children = list(getattr(self, name))  # As adopted by Flax.
+    for i, child in enumerate(children):
+      self._private_children()[f'{name}_{i}'] = child
     return children
 
-  def _created_names(self) -> set[str]:
+  def _private_children(self) -> dict[str, BaseLayer]:
+    """The children made by create_child(ren), by name (`name_<i>` in lists)."""
     try:
-      return object.__getattribute__(self, '_pax_created')
+      return object.__getattribute__(self, '_pax_children')
     except AttributeError:
-      names: set[str] = set()
-      object.__setattr__(self, '_pax_created', names)
-      return names
+      children: dict[str, BaseLayer] = {}
+      object.__setattr__(self, '_pax_children', children)
+      return children
+
+  def _child_layers(self) -> dict[str, BaseLayer]:
+    """Created children and the layers held in fields, by name."""
+    children = dict(self._private_children())
+    for f in dataclasses.fields(self):
+      value = getattr(self, f.name) if f.name != 'parent' else None
+      if isinstance(value, BaseLayer):
+        children[f.name] = value
+    return children
+
+  # -- Quantized and sparse variables ---------------------------------------
+
+  @nn.nowrap
+  def create_quantized_variable(
+      self,
+      name: str,
+      weight_hparams: WeightHParams,
+      scale_shape: Sequence[int] = (),
+      dtype: Any = jnp.int8,
+      use_symmetric: bool = True,
+      scale_hparams: WeightHParams | None = None,
+  ) -> None:
+    """Creates a quantized weight `name`, its scale and maybe zero point.
+
+    The weight is zeros in `dtype`; `name_quantized_scale` (and, when not
+    `use_symmetric`, `name_quantized_zp`) has `scale_shape`, or the shape and
+    sharding of `scale_hparams`.
+    """
+    _layer_quantization.create_quantized_variable(
+        self, name, weight_hparams, scale_shape, dtype, use_symmetric,
+        scale_hparams,
+    )
+
+  @nn.nowrap
+  def get_quantized_weight(
+      self, name: str, use_symmetric: bool = True
+  ) -> tuple[JTensor, JTensor, JTensor | None]:
+    """(weight, scale, zero point or None) of a quantized variable."""
+    return _layer_quantization.get_quantized_weight(self, name, use_symmetric)
+
+  @nn.nowrap
+  def create_sparse_variable(
+      self, name: str, weight_hparams: WeightHParams
+  ) -> None:
+    """Creates `name` and its non-trainable `name_sparsity_mask`."""
+    _layer_quantization.create_sparse_variable(self, name, weight_hparams)
+
+  @nn.nowrap
+  def get_sparse_weight(self, name: str) -> tuple[JTensor, JTensor]:
+    """(weight, mask) of a sparse variable."""
+    return _layer_quantization.get_sparse_weight(self, name)
+
+  def quantize_weight(self) -> NestedJTensor:
+    """This layer's variables, quantized; by default as they are.
+
+    Quantizing layers override it; children answer for themselves. Call it
+    through `apply(variables, method=layer.quantize_weight)`.
+    """
+    return _layer_quantization.quantize_tree(self, return_pspec=False)
+
+  def quantized_partition_specs(self) -> Any:
+    """`BoxedPartitionSpec`s of what `quantize_weight` returns."""
+    return _layer_quantization.quantize_tree(self, return_pspec=True)
 
   # -- Variables -------------------------------------------------------------
 

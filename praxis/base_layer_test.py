@@ -626,6 +626,98 @@ class MdlConfigTest(test_utils.TestCase):
     self.assertFalse(is_sub(pax_fiddle.Config(WeightInit, 'xavier', 1.0)))
 
 
+class QuantizedLin(base_layer.BaseLayer):
+  """x @ (w * scale - zp), with an int8 w."""
+
+  def setup(self):
+    self.create_quantized_variable(
+        'w', WeightHParams(shape=[2, 3], tensor_split_dims_mapping=[None, 'm']),
+        use_symmetric=False,
+        scale_hparams=WeightHParams(shape=[3], tensor_split_dims_mapping=['m']))
+    self.create_sparse_variable('v', WeightHParams(shape=[3]))
+
+  def __call__(self, x):
+    w, scale, zp = self.get_quantized_weight('w', use_symmetric=False)
+    v, mask = self.get_sparse_weight('v')
+    return x @ (w * scale - zp) + jnp.where(mask, 0.0, v)
+
+
+class QuantParent(base_layer.BaseLayer):
+  """A called child, a never-called child, a child in a field, a variable."""
+
+  inner: Lin | None = base_layer.instance_field(Lin)
+
+  def setup(self):
+    self.create_child('q', pax_fiddle.Config(QuantizedLin))
+    self.create_child('unused', pax_fiddle.Config(Lin))
+    self.create_variable('count', WeightHParams(shape=[]), trainable=False)
+
+  def __call__(self, x):
+    return self.q(x) + self.inner(x)
+
+
+class QuantizationTest(test_utils.TestCase):
+
+  def test_quantized_and_sparse_variables(self):
+    layer = instantiate(pax_fiddle.Config(QuantizedLin, name='q'))
+    x = np.array([[1.0, 2.0]], np.float32)
+    variables = _init(layer, x)
+    self.assertEqual(
+        jax.tree.map(lambda a: (a.shape, a.dtype.name), variables),
+        {'params': {'w': ((2, 3), 'int8'),
+                    'w_quantized_scale': ((3,), 'float32'),
+                    'w_quantized_zp': ((3,), 'float32'),
+                    'v': ((3,), 'float32')},
+         'non_trainable': {'v_sparsity_mask': ((3,), 'bool')}})
+    self.assertEqual(int(np.abs(variables['params']['w']).sum()), 0)
+    w = np.array([[1, -2, 3], [4, 5, -6]], np.int8)
+    scale = np.array([0.5, 1.0, 2.0], np.float32)
+    zp = np.array([0.1, 0.0, -1.0], np.float32)
+    v = np.array([7.0, 8.0, 9.0], np.float32)
+    mask = np.array([True, False, True])
+    got = layer.apply(
+        {'params': {'w': w, 'w_quantized_scale': scale,
+                    'w_quantized_zp': zp, 'v': v},
+         'non_trainable': {'v_sparsity_mask': mask}}, x)
+    expected = x @ (w * scale - zp) + np.where(mask, 0.0, v)
+    self.assertAllClose(got, expected, atol=1e-5)
+    with self.assertRaisesRegex(ValueError, 'scale_shape or scale_hparams'):
+
+      class Both(base_layer.BaseLayer):
+
+        def setup(self):
+          self.create_quantized_variable(
+              'w', WeightHParams(shape=[2]), scale_shape=[2],
+              scale_hparams=WeightHParams(shape=[2]))
+
+        def __call__(self, x):
+          return x
+
+      _init(instantiate(pax_fiddle.Config(Both, name='b')), x)
+
+  def test_default_quantize_weight_nests_children(self):
+    layer = instantiate(pax_fiddle.Config(
+        QuantParent, name='p', mesh_axis_names=['d', 'm']))
+    x = np.ones((1, 2), np.float32)
+    variables = _init(layer, x)
+    weights = layer.apply(variables, method=layer.quantize_weight)
+    # The never-called child has no variables and is left out.
+    self.assertEqual(
+        jax.tree.map(np.shape, weights),
+        {'params': {'q': {'w': (2, 3), 'w_quantized_scale': (3,),
+                          'w_quantized_zp': (3,), 'v': (3,)},
+                    'inner': {'w': (2, 3)}},
+         'non_trainable': {'count': (), 'q': {'v_sparsity_mask': (3,)}}})
+    self.assertArraysEqual(weights['params']['inner']['w'],
+                           variables['params']['inner']['w'])
+    specs = layer.apply(variables, method=layer.quantized_partition_specs)
+    p = jax.sharding.PartitionSpec
+    self.assertEqual(specs['params']['q']['w'].meta, p(None, 'm'))
+    self.assertEqual(specs['params']['q']['w_quantized_zp'].meta, p('m'))
+    self.assertEqual(specs['params']['inner']['w'].meta, p(None, None))
+    self.assertEqual(specs['non_trainable']['count'].meta, p())
+
+
 class ContextSummariesTest(test_utils.TestCase):
 
   def test_summary_dict_numbers_repeated_names(self):
