@@ -5,8 +5,8 @@ CHECKPOINT_PREFIX, save_checkpoint, restore_checkpoint, latest_checkpoint,
 latest_checkpoint_if_exists, retrieve_latest_checkpoint_step,
 retrieve_latest_checkpoint_step_if_exists, retrieve_checkpoint_type,
 make_checkpoint_step_dir, get_step_from_checkpoint_asset,
-is_checkpoint_asset, install_sigterm_handler, preemption_requested,
-reached_preemption.
+is_checkpoint_asset, TrainingCheckpointer, install_sigterm_handler,
+preemption_requested, reached_preemption.
 
 A checkpoint is `<job_log_dir>/checkpoints/checkpoint_<step:08d>/` as the
 real Pax 1.4 writes it (see checkpoint_managers.py): `state` (one zarr array
@@ -42,6 +42,7 @@ The runner's checkpointer:
 
 from __future__ import annotations
 
+import abc
 import signal
 import threading
 from typing import Any
@@ -241,6 +242,48 @@ def restore_checkpoint(
           f'No checkpoints were found in directory {checkpoint_dir=!r}')
   kwargs = {'specs': state_specs, 'mesh': global_mesh}
   return manager.restore(step, state_global_shapes, restore_kwargs=kwargs)
+
+
+# -- Pax's training checkpointer interface -------------------------------------
+
+
+class TrainingCheckpointer(metaclass=abc.ABCMeta):
+  """What Pax's train loop asks of a checkpointer (see checkpoint_creators)."""
+
+  @abc.abstractmethod
+  def save_if_needed(self, step_i, partitioned_train_state,
+                     train_state_unpadded_shape_dtype_struct,
+                     train_state_pspecs, train_input_pipeline):
+    """Saves a checkpoint of `step_i` if one is due."""
+
+  @abc.abstractmethod
+  def save_final(self, step_i, *, partitioned_train_state,
+                 train_state_unpadded_shape_dtype_struct, train_state_pspecs,
+                 train_input_pipeline):
+    """Saves the final step's checkpoint if not already saved."""
+
+  @property
+  @abc.abstractmethod
+  def step_to_restore(self) -> int | None:
+    """The step that `get_model_states` restores, or None (initialise)."""
+
+  @abc.abstractmethod
+  def get_model_states(self, partitioner, metadata, root_prng_key,
+                       train_input_pipeline):
+    """(train_state, provenance, number of parameters, root key)."""
+
+  @property
+  @abc.abstractmethod
+  def checkpoint_type(self) -> CheckpointType:
+    """The checkpoint type written."""
+
+  @abc.abstractmethod
+  def wait_until_finished(self):
+    """Blocks until started saves are committed."""
+
+  @abc.abstractmethod
+  def reached_preemption(self, step: int) -> bool:
+    """Whether to save at `step` and stop, because of preemption."""
 
 
 # -- The runner's checkpointer -------------------------------------------------
