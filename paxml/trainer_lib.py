@@ -4,6 +4,7 @@ Public names: StepFnOutput, BaseStepFnStaticArgs, TrainStateMetadata,
 create_train_state_metadata, initialize_model_state, replicate_model_state,
 initialize_replicate_model_state, initialize_partitioned_model_states,
 get_excluded_var_masks, train_step_single_learner, eval_step_single_learner,
+ApplyFnProtocol, LossFnProtocol, GradFnProtocol,
 decode_step, decode_step_for_partitioner, is_summary_step; and, from the
 private sibling `_trainer_setup`, RunningMode,
 write_post_init_model_hparams_file, write_train_provenance_file,
@@ -34,7 +35,7 @@ the model updated. Summaries are the model's plus the learner's.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol
 
 from flax import struct
 import jax
@@ -395,21 +396,49 @@ def _single_learner(jax_task: tasks_lib.SingleTask) -> learners_lib.Learner:
   return jax_task.learners[0]
 
 
-def _loss_fn(jax_task, context_p, fprop_dtype, var_weight_hparams,
-             excluded_for_grad):
-  """The loss of the model w.r.t. the variables being differentiated."""
-  model = jax_task.model
+class ApplyFnProtocol(Protocol):
+  """Runs the model's forward pass: `model.apply` by default."""
 
-  def loss_fn(vars_grad, vars_nograd_and_inputs, prng_key):
-    vars_nograd, inputs = vars_nograd_and_inputs
-    mdl_vars = jax.tree.map(lambda e, g, n: n if e else g, excluded_for_grad,
-                            vars_grad, vars_nograd)
+  def __call__(self, model: base_model.BaseModel, variables: Any,
+               inputs: Any, mutable: Any, rngs: dict[str, jax.Array]
+               ) -> tuple[tuple[Any, Any], Any]:
+    """((weighted_scalars, per_example_out), updated collections)."""
+
+
+class LossFnProtocol(Protocol):
+  """The training loss of all the variables, with what else the step needs."""
+
+  def __call__(self, mdl_vars: Any, inputs: Any, prng_key: jax.Array
+               ) -> tuple[jax.Array, sgf.GradAuxInfo]:
+    """(weighted loss, GradAuxInfo with the forward pass's outputs)."""
+
+
+class GradFnProtocol(Protocol):
+  """Differentiates a `LossFnProtocol` for the learner."""
+
+  def __call__(self, loss_fn: LossFnProtocol, learner: learners_lib.Learner,
+               mdl_vars: Any, inputs: Any, prng_key: jax.Array
+               ) -> tuple[Any, Any]:
+    """((loss, aux), gradients shaped like `mdl_vars`)."""
+
+
+def _default_apply_fn(model, variables, inputs, mutable, rngs):
+  return model.apply(variables, inputs, method=model.__call__,
+                     mutable=mutable, rngs=rngs)
+
+
+def _loss_fn(jax_task, context_p, fprop_dtype, var_weight_hparams,
+             apply_fn: ApplyFnProtocol | None = None) -> LossFnProtocol:
+  """The model's loss (from the task's loss aggregator) and its outputs."""
+  apply_fn = apply_fn or _default_apply_fn
+
+  def loss_fn(mdl_vars, inputs, prng_key):
     mdl_vars, inputs = _cast_for_fprop(fprop_dtype, mdl_vars, inputs,
                                        var_weight_hparams)
     with base_layer.JaxContext.new_context(hparams=context_p):
-      (weighted_scalars, per_example_out), updated = model.apply(
-          mdl_vars, inputs, mutable=jax_task.train.apply_mutable_list,
-          method=model.__call__, rngs=_rngs(prng_key))
+      (weighted_scalars, per_example_out), updated = apply_fn(
+          jax_task.model, mdl_vars, inputs, jax_task.train.apply_mutable_list,
+          _rngs(prng_key))
       weighted_loss, mean_loss, loss_weight = (
           jax_task.loss_aggregator_inst.aggregate(weighted_scalars))
     summaries = _flatten_summaries(updated.get(SUMMARIES, {}))
@@ -423,22 +452,33 @@ def _loss_fn(jax_task, context_p, fprop_dtype, var_weight_hparams,
   return loss_fn
 
 
-def _compute_grads(loss_fn, learner, mdl_vars, inputs, prng_key,
-                   excluded_for_grad, excluded_for_opt):
-  """((loss, aux), grads) with grads masked like the optimizer's view."""
-  with_grad = tasks_lib.filter_vars_for_grad_or_opt(mdl_vars,
-                                                    excluded_for_grad)
-  no_grad = jax.tree.map(lambda v, e: v if e else py_utils.BpropMaskedNode(),
-                         mdl_vars, excluded_for_grad)
-  grad_fn = learner.stochastic_gradient or sgf.StandardGradient()
-  values, grads = grad_fn.grad_fn(loss_fn, with_grad, (no_grad, inputs),
-                                  prng_key)
-  # Variables with optimizer state but no gradient (non-trainable ones under
-  # EMA) get zero gradients.
-  grads = jax.tree.map(
-      lambda eo, eg, v, g: jnp.zeros_like(v) if eg and not eo else g,
-      excluded_for_opt, excluded_for_grad, mdl_vars, grads)
-  return values, grads
+def _default_grad_fn(excluded_for_grad, excluded_for_opt) -> GradFnProtocol:
+  """Gradients of the variables not excluded (the learner's own rule)."""
+
+  def grad_fn(loss_fn, learner, mdl_vars, inputs, prng_key):
+    with_grad = tasks_lib.filter_vars_for_grad_or_opt(mdl_vars,
+                                                      excluded_for_grad)
+    no_grad = jax.tree.map(
+        lambda v, e: v if e else py_utils.BpropMaskedNode(), mdl_vars,
+        excluded_for_grad)
+
+    def partial_loss(vars_grad, vars_nograd_and_inputs, key):
+      vars_nograd, batch = vars_nograd_and_inputs
+      merged = jax.tree.map(lambda e, g, n: n if e else g, excluded_for_grad,
+                            vars_grad, vars_nograd)
+      return loss_fn(merged, batch, key)
+
+    stochastic = learner.stochastic_gradient or sgf.StandardGradient()
+    values, grads = stochastic.grad_fn(partial_loss, with_grad,
+                                       (no_grad, inputs), prng_key)
+    # Variables with optimizer state but no gradient (non-trainable ones
+    # under EMA) get zero gradients.
+    grads = jax.tree.map(
+        lambda eo, eg, v, g: jnp.zeros_like(v) if eg and not eo else g,
+        excluded_for_opt, excluded_for_grad, mdl_vars, grads)
+    return values, grads
+
+  return grad_fn
 
 
 def _is_weight_hparams(x: Any) -> bool:
@@ -446,15 +486,19 @@ def _is_weight_hparams(x: Any) -> bool:
 
 
 def _learner_update(learner, states, grads, fwd_updated, var_weight_hparams,
-                    excluded_for_grad, excluded_for_opt):
+                    excluded_for_grad, excluded_for_opt, expose=True):
   """(new variables, new optimizer state) after the learner's update."""
   mdl_vars = dict(states.mdl_vars)
+  seen = dict(states.mdl_vars)
   # The optimizer (EMA) sees the statistics the model updated (in their
-  # stored dtype, also after a bfloat16 forward pass).
+  # stored dtype, also after a bfloat16 forward pass), unless `expose` is
+  # False for the non-trainable ones; the new state has them either way.
   for c in set(fwd_updated) & set(mdl_vars):
     mdl_vars[c] = jax.tree.map(lambda new, old: new.astype(old.dtype),
                                fwd_updated[c], mdl_vars[c])
-  vars_opt = tasks_lib.filter_vars_for_grad_or_opt(mdl_vars, excluded_for_opt)
+    if expose or c != NON_TRAINABLE:
+      seen[c] = mdl_vars[c]
+  vars_opt = tasks_lib.filter_vars_for_grad_or_opt(seen, excluded_for_opt)
   hps_opt = tasks_lib.filter_vars_for_grad_or_opt(var_weight_hparams,
                                                   excluded_for_opt)
   # Variables overwritten with their gradient have no optimizer state: the
@@ -486,6 +530,9 @@ def train_step_single_learner(
     fprop_dtype: Any = jnp.float32,
     var_weight_hparams: Any = None,
     static_args: BaseStepFnStaticArgs | None = None,
+    grad_fn: GradFnProtocol | None = None,
+    apply_fn: ApplyFnProtocol | None = None,
+    expose_updated_nontrainables_to_learner: bool = True,
 ) -> tuple[TrainState, StepFnOutput]:
   """One training step (see the module doc).
 
@@ -497,6 +544,12 @@ def train_step_single_learner(
     fprop_dtype: jnp.float32, or jnp.bfloat16 to compute in bfloat16.
     var_weight_hparams: The variables' `WeightHParams` (traced if None).
     static_args: Unused.
+    grad_fn: Computes `((loss, aux), grads)` (default: the gradient of the
+      learner's trainable variables, by its `stochastic_gradient`).
+    apply_fn: Runs the forward pass for the default `grad_fn` (default:
+      `model.apply`).
+    expose_updated_nontrainables_to_learner: Let the learner (its EMA) see
+      the non-trainable variables the forward pass updated.
 
   Returns:
     (the state one step later, StepFnOutput with the mean loss, the model's
@@ -514,10 +567,10 @@ def train_step_single_learner(
   _, subkey = jax.random.split(prng_key)
   excluded_for_grad, excluded_for_opt = get_excluded_var_masks(
       var_weight_hparams, learner)
-  loss_fn = _loss_fn(jax_task, context_p, fprop_dtype, var_weight_hparams,
-                     excluded_for_grad)
-  (_, aux), grads = _compute_grads(loss_fn, learner, fwd_vars, inputs, subkey,
-                                   excluded_for_grad, excluded_for_opt)
+  grad_fn = grad_fn or _default_grad_fn(excluded_for_grad, excluded_for_opt)
+  (_, aux), grads = grad_fn(
+      _loss_fn(jax_task, context_p, fprop_dtype, var_weight_hparams,
+               apply_fn), learner, fwd_vars, inputs, subkey)
   mean_loss, weighted_scalars, fwd_updated, fwd_summaries, per_example = (
       aux.aux_info)
 
@@ -525,7 +578,8 @@ def train_step_single_learner(
     learner.plot_learning_rate(states.step)
     mdl_vars, new_opt_state = _learner_update(
         learner, states, grads, fwd_updated, var_weight_hparams,
-        excluded_for_grad, excluded_for_opt)
+        excluded_for_grad, excluded_for_opt,
+        expose_updated_nontrainables_to_learner)
     new_states = states.new_state(mdl_vars=mdl_vars,
                                   opt_states=[new_opt_state])
     if jax_task.train.variable_norm_summary:

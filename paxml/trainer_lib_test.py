@@ -424,6 +424,58 @@ class OverwriteWithGradientTest(test_utils.TestCase):
                         -2 * 0.5 * grad_sign, atol=1e-3)
 
 
+class StepHooksTest(test_utils.TestCase):
+  """train_step_single_learner's grad_fn, apply_fn and expose arguments."""
+
+  def _setup(self, **optimizer_kwargs):
+    task = base_hyperparams.instantiate(_task(
+        pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1,
+                          **optimizer_kwargs),
+        model_kwargs={'track_mean': True}))
+    batch = _index(_batches(self.rng, 1), 0)
+    state, _ = trainer_lib.initialize_model_state(
+        task, jax.random.PRNGKey(0), batch)
+    return task, batch, state
+
+  def test_custom_grad_fn_and_apply_fn(self):
+    task, batch, state = self._setup()
+    applied = []
+
+    def apply_fn(model, variables, inputs, mutable, rngs):
+      applied.append(mutable)
+      return model.apply(variables, inputs, method=model.__call__,
+                         mutable=mutable, rngs=rngs)
+
+    def grad_fn(loss_fn, learner, mdl_vars, inputs, prng_key):
+      del learner
+      values = loss_fn(mdl_vars, inputs, prng_key)
+      ones = jax.tree.map(jnp.ones_like, mdl_vars['params'])
+      return values, {**mdl_vars, 'params': ones}
+
+    new, out = trainer_lib.train_step_single_learner(
+        task, state, jax.random.PRNGKey(1), batch, grad_fn=grad_fn,
+        apply_fn=apply_fn)
+    self.assertLen(applied, 1)
+    self.assertAllClose(out.loss, _np_loss(
+        jax.tree.map(np.asarray, state.mdl_vars['params']), batch))
+    # Plain SGD on gradients of ones: every weight drops by the rate.
+    self.assertAllClose(new.mdl_vars['params']['w'],
+                        state.mdl_vars['params']['w'] - 0.1)
+
+  def test_hidden_non_trainables_leave_their_ema_unchanged(self):
+    task, batch, state = self._setup(ema_decay=0.5)
+    emas = {}
+    for expose in (True, False):
+      new, _ = trainer_lib.train_step_single_learner(
+          task, state, jax.random.PRNGKey(1), batch,
+          expose_updated_nontrainables_to_learner=expose)
+      expected = 0.1 * np.mean(batch.x, axis=0)  # 0.9 * 0 + 0.1 * mean.
+      self.assertAllClose(new.mdl_vars['non_trainable']['x_mean'], expected)
+      emas[expose] = tasks_lib.extract_ema(new).mdl_vars['non_trainable']
+    self.assertNotAllClose(emas[True]['x_mean'], np.zeros(3))
+    self.assertAllClose(emas[False]['x_mean'], np.zeros(3))
+
+
 class SetupHelpersTest(test_utils.TestCase):
 
   def _task(self):
