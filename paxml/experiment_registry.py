@@ -1,6 +1,7 @@
 """The registry of experiments that `--exp` names.
 
-Public names: register, get, get_all, get_registry_tags, closest_names.
+Public names: register, get, get_all, get_registry_tags, closest_names,
+load.
 
 An experiment is registered under its canonical key `<module>.<ClassName>`
 and found by any dotted suffix of that key, with or without a `params`
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import pprint
 import sys
 import traceback
 from typing import Any, Mapping, Sequence
@@ -146,3 +148,46 @@ get = _ExperimentRegistryHelper.get
 get_all = _ExperimentRegistryHelper.get_all
 get_registry_tags = _ExperimentRegistryHelper.get_registry_tags
 closest_names = _ExperimentRegistryHelper.closest_names
+
+
+def _import_experiment_module(module: str) -> bool:
+  """Imports `paxml.<module>` or else `<module>`; False if neither exists."""
+  for candidate in (f'paxml.{module}', module):
+    try:
+      importlib.import_module(candidate)
+      return True
+    except ModuleNotFoundError as e:
+      if not candidate.startswith(str(e.name)):
+        raise  # The module exists but one of its own imports is missing.
+  return False
+
+
+def load(name: str) -> type[Any]:
+  """The experiment class `name` names, importing its module if needed.
+
+  Args:
+    name: A registered key (or suffix), or `<module>.<Class>` where `module`
+      is a full module path or a path relative to the `paxml` package.
+
+  Returns:
+    The experiment class.
+
+  Raises:
+    ValueError: if the module cannot be imported or holds no such experiment
+      (Pax's messages, then the closest registered names).
+  """
+  cls = get(name)
+  if cls is not None:
+    return cls
+  module = name.rsplit('.', 1)[0]
+  if not _import_experiment_module(module):
+    raise ValueError(f'Could not find experiment `{name}` because could not '
+                     f'import module `{module}`.')
+  cls = get(name) or get(f'paxml.{name}')
+  if cls is not None:
+    return cls
+  close = closest_names(name)
+  hint = f'\nClosest registered: {", ".join(close)}.' if close else ''
+  raise ValueError(
+      f'Could not find experiment `{name}`.\nRegistered experiments are: '
+      f'{pprint.pformat(dict(get_all()))}{hint}')

@@ -58,6 +58,18 @@ class RegistryTest(absltest.TestCase):
     self.assertIn('paxml.tasks.test.synthetic.SyntheticClassifier',
                   experiment_registry.closest_names('SynteticClassifier'))
 
+  def test_load_imports_the_module_and_names_failures(self):
+    cls = experiment_registry.load('tasks.test.regression.RegressionExperiment')
+    self.assertEqual(cls.__name__, 'RegressionExperiment')
+    with self.assertRaisesRegex(
+        ValueError, 'Could not find experiment `no_such_module_x.Exp` because '
+        'could not import module `no_such_module_x`'):
+      experiment_registry.load('no_such_module_x.Exp')
+    with self.assertRaisesRegex(
+        ValueError, '(?s)Could not find experiment `builtins.SyntheticClasifier`.'
+        '\nRegistered experiments are: .*Closest registered: .*synthetic'):
+      experiment_registry.load('builtins.SyntheticClasifier')
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -24,7 +24,6 @@ that reads flags.
 import importlib
 import os
 import pathlib
-import pprint
 import sys
 
 from absl import app
@@ -142,46 +141,8 @@ _UNSUPPORTED = {
 
 
 def get_experiment(name: str) -> type:
-  """The experiment class `name` names, importing its module if needed.
-
-  Args:
-    name: A registered key (or suffix), or `<module>.<Class>` where `module`
-      is a full module path or a path relative to the `paxml` package.
-
-  Returns:
-    The experiment class.
-
-  Raises:
-    ValueError: if the module cannot be imported or holds no such experiment.
-  """
-  cls = experiment_registry.get(name)
-  if cls is not None:
-    return cls
-  module = name.rsplit('.', 1)[0]
-  if not _import_experiment_module(module):
-    raise ValueError(f'Could not find experiment `{name}` because could not '
-                     f'import module `{module}`.')
-  cls = experiment_registry.get(name) or experiment_registry.get(
-      f'paxml.{name}')
-  if cls is not None:
-    return cls
-  close = experiment_registry.closest_names(name)
-  hint = f'\nClosest registered: {", ".join(close)}.' if close else ''
-  raise ValueError(
-      f'Could not find experiment `{name}`.\nRegistered experiments are: '
-      f'{pprint.pformat(dict(experiment_registry.get_all()))}{hint}')
-
-
-def _import_experiment_module(module: str) -> bool:
-  """Imports `paxml.<module>` or else `<module>`; False if neither exists."""
-  for candidate in (f'paxml.{module}', module):
-    try:
-      importlib.import_module(candidate)
-      return True
-    except ModuleNotFoundError as e:
-      if not candidate.startswith(str(e.name)):
-        raise  # The module exists but one of its own imports is missing.
-  return False
+  """The experiment class `name` names (see `experiment_registry.load`)."""
+  return experiment_registry.load(name)
 
 
 def _check_flags() -> None:
