@@ -592,7 +592,9 @@ def _annotation_mentions_config(annotation: Any) -> bool:
     return True
   if origin is typing.Literal:
     return False
-  return any(_annotation_mentions_config(a) for a in typing.get_args(annotation))
+  return any(
+      _annotation_mentions_config(a) for a in typing.get_args(annotation)
+  )
 
 
 @functools.cache
@@ -605,11 +607,56 @@ def template_field_names(cls: type[Any]) -> frozenset[str]:
     hints = {}
   for name, fld in _dataclass_fields(cls).items():
     kind = fld.metadata.get(_FIELD_KIND)
+    hint = hints.get(name, fld.type)
+    if kind is None and _annotation_mentions_config(hint):
+      _check_template_annotation(hint, f'{_class_name(cls)}.{name}')
     if kind == 'template' or (
-        kind is None and _annotation_mentions_config(hints.get(name, fld.type))
+        kind is None and _annotation_mentions_config(hint)
     ):
       names.add(name)
   return frozenset(names)
+
+
+_SEQUENCE_ORIGINS = frozenset(
+    typing.get_origin(t) for t in (list[int], tuple[int], typing.Sequence[int])
+)
+_MAPPING_ORIGINS = frozenset(
+    typing.get_origin(t) for t in (dict[int, int], typing.Mapping[int, int])
+)
+
+
+def _is_config_type(annotation: Any) -> bool:
+  if getattr(annotation, '_pax_hparams_stub', False):
+    return True
+  annotation = typing.get_origin(annotation) or annotation
+  return isinstance(annotation, type) and issubclass(annotation, fdl.Buildable)
+
+
+def _supported_template_type(annotation: Any) -> bool:
+  """Config, or list/tuple/Sequence/dict/Mapping/Union/Optional of it."""
+  if _is_config_type(annotation):
+    return True
+  origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+  if origin in _SEQUENCE_ORIGINS:
+    return all(_supported_template_type(a) or a is Ellipsis for a in args)
+  if origin in _MAPPING_ORIGINS:
+    return len(args) == 2 and _supported_template_type(args[1])
+  if origin is typing.Union or origin is types.UnionType:
+    return all(
+        _supported_template_type(a) or a is type(None) for a in args
+    )
+  return False
+
+
+def _check_template_annotation(annotation: Any, where: str) -> None:
+  """Rejects a resolved annotation that hides configs in other types."""
+  if isinstance(annotation, str) or _supported_template_type(annotation):
+    return
+  raise ValueError(
+      f'Unsupported type {annotation!r} in field {where}: a type holding '
+      'pax_fiddle.Config may only combine it with list, tuple, dict, '
+      'Mapping, Sequence and Union (build leaves such fields unbuilt).'
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -638,9 +685,12 @@ def _annotated_template_names(fn_or_cls: Any) -> frozenset[str]:
     hints = {
         p.name: p.annotation for p in params if isinstance(p.annotation, str)
     }
-  return frozenset(
-      name for name, hint in hints.items() if _annotation_mentions_config(hint)
-  )
+  names = set()
+  for name, hint in hints.items():
+    if _annotation_mentions_config(hint):
+      _check_template_annotation(hint, f'{_class_name(fn_or_cls)}.{name}')
+      names.add(name)
+  return frozenset(names)
 
 
 _cached_template_names = functools.cache(_annotated_template_names)

@@ -253,6 +253,12 @@ class FieldMetadataTest(test_utils.TestCase):
       return tpl, leaf
 
     self.assertEqual(pax_fiddle.template_argument_names(fn), {'tpl'})
+
+    def odd(tpls: set[pax_fiddle.Config[Leaf]]):
+      return tpls
+
+    with self.assertRaisesRegex(ValueError, 'Unsupported type .*odd.tpls'):
+      pax_fiddle.build(pax_fiddle.Config(odd, tpls=set()))
     self.assertEqual(pax_fiddle.template_argument_names(TplTuple), {'tpls'})
     self.assertEqual(pax_fiddle.template_argument_names(Tree),
                      {'leaf_tpl', 'maybe_tpl', 'tpls'})
