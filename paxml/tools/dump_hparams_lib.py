@@ -21,14 +21,12 @@ from etils import epath
 from fiddle import absl_flags
 import jax
 from paxml import base_experiment
-from paxml import experiment_registry
 from paxml import experiment_utils
+from paxml.tools import _tool_flags
 from praxis import base_hyperparams
 from praxis import base_layer
-from praxis import pax_fiddle
 from praxis import py_utils
 
-_EXP = flags.DEFINE_string('exp', None, 'A registered experiment name.')
 _OUTFILE = epath.DEFINE_path('params_ofile', '/dev/stdout',
                              'Where the configs go.')
 _POST_INIT_OUTFILE = epath.DEFINE_path(
@@ -74,20 +72,10 @@ def write_cls_vars(experiment: base_experiment.BaseExperiment,
   out.write(experiment_utils.get_cls_vars_summary(type(experiment)))
 
 
-def _experiment() -> Any:
-  """The experiment that --exp, or Fiddle's --fdl_config flags, name."""
-  if _EXP.value is not None:
-    return experiment_registry.load(_EXP.value)()
-  if not absl_flags.fdl_flags_supplied():
-    raise app.UsageError('Give --exp, or --fdl_config/--fdl_config_file.')
-  return pax_fiddle.build(
-      absl_flags.create_buildable_from_flags(module=None, allow_imports=True))
-
-
 def _run(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}.')
-  experiment = _experiment()
+  experiment = _tool_flags.experiment()
   writers = [(_OUTFILE.value, write_hparams),
              (_POST_INIT_OUTFILE.value, write_post_init_hparams),
              (_CLS_VARS_OUTFILE.value, write_cls_vars)]
