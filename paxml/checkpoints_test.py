@@ -247,6 +247,20 @@ class CheckpointTest(test_utils.TestCase):
     self.assertEqual(ckpt.restore(1, abstract_state=abstract)[1], blob)
     self.assertIsNone(ckpt.restore(2, abstract_state=abstract)[1])
 
+  def test_reads_ocdbt_checkpoints_of_the_earlier_layout(self):
+    # This project wrote `checkpoint_<step>/state` with Orbax's standard
+    # handler (OCDBT, Orbax's names) before it wrote Pax's layout.
+    state = self._state(_mesh((2, 4)))
+    root = checkpoint_paths.get_checkpoint_dir(self.job_dir)
+    ocp.Checkpointer(ocp.StandardCheckpointHandler()).save(
+        root / 'checkpoint_7' / 'state', args=ocp.args.StandardSave(state))
+    ckpt = self._checkpointer()
+    self.assertEqual(ckpt.latest_step(), 7)
+    restored, input_state = ckpt.restore(
+        abstract_state=self._abstract(_mesh((1, 1))))
+    self.assertIsNone(input_state)
+    self.assertArraysEqual(restored, _state_tree(self.values.get))
+
   def test_sigterm_forces_a_save(self):
     old = signal.getsignal(signal.SIGTERM)
     self.addCleanup(signal.signal, signal.SIGTERM, old)
