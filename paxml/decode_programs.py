@@ -14,7 +14,6 @@ outputs as JSON lines to
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Mapping
 
 from absl import logging
@@ -156,13 +155,9 @@ class SingleTaskDecodeProgram(programs.Program):
     self._writer.flush()
 
   def _write_records(self, step: int, records: list[Any]) -> None:
-    self._output_dir.mkdir(parents=True, exist_ok=True)
-    path = self._output_dir / (
-        f'decoder_out_{step}_shard_{jax.process_index()}.jsonl')
-    with path.open('w') as f:
-      for key, value in records:
-        f.write(json.dumps({'key': str(key),
-                            'value': _program_utils.jsonable(value)}) + '\n')
+    programs.safe_write_key_value_pairs(
+        self._output_dir / (programs.get_filename(step, 'decoder') + '.jsonl'),
+        records)
 
   def shutdown(self) -> None:
     self._writer.close()

@@ -2,8 +2,9 @@
 
 Public names: Program, ProgramOutput, TrainProgramOutput, EvalProgramOutput,
 BaseTrainProgram, SingleTaskTrainProgram, BaseEvalProgram,
-SingleTaskEvalProgram, get_eval_train_state, get_summary_base_dir,
-tokens_in_batch. Decoding is `paxml.decode_programs.SingleTaskDecodeProgram`.
+SingleTaskEvalProgram, EvaluationMode, get_eval_train_state,
+get_summary_base_dir, get_filename, safe_write_key_value_pairs,
+maybe_write_eval_outputs, tokens_in_batch. Decoding is `paxml.decode_programs.SingleTaskDecodeProgram`.
 
 A program is built empty (eval programs from their input config), then
 `setup` with the task, partitioner and keys; `run(state, step)` returns a
@@ -22,10 +23,13 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
+import enum
+import json
 import time
 from typing import Any, Callable, Mapping
 
 from absl import logging
+from etils import epath
 import jax
 import numpy as np
 from paxml import _program_utils
@@ -34,6 +38,7 @@ from paxml import summary_utils
 from paxml import tasks_lib
 from paxml import trainer_lib
 from praxis import base_hyperparams
+from praxis import py_utils
 from praxis import trees
 
 instantiate = base_hyperparams.instantiate
@@ -107,6 +112,58 @@ class EvalProgramOutput(ProgramOutput):
   eval_metrics: Mapping[str, float] | None = None
   eval_scoring_metrics: Mapping[str, float] | None = None
   num_eval_steps: int = 0
+
+
+@enum.unique
+class EvaluationMode(str, enum.Enum):
+  """Which kind of outputs a file holds (its name's prefix)."""
+
+  EVAL = 'eval'
+  DECODE = 'decode'
+
+
+def get_filename(step: Any, prefix: str) -> str:
+  """`<prefix>_out_<step>_shard_<process index>`."""
+  step = int(np.asarray(
+      py_utils.maybe_unreplicate_for_fully_replicated(step)).reshape(-1)[0])
+  return f'{prefix}_out_{step}_shard_{jax.process_index()}'
+
+
+def safe_write_key_value_pairs(filename: Any, key_value_pairs: Any,
+                               cast_to_ndarray: bool = True,
+                               write_pickle: bool = True) -> None:
+  """Writes `(key, value)` pairs as JSON lines `{"key": ..., "value": ...}`.
+
+  Arrays become lists and what JSON cannot hold its `str()`; a pair that
+  still fails is logged and the file is not written. No pickle is written.
+
+  Args:
+    filename: The file.
+    key_value_pairs: The pairs.
+    cast_to_ndarray: Unused (arrays are always converted).
+    write_pickle: Unused.
+  """
+  del cast_to_ndarray, write_pickle
+  try:
+    lines = [json.dumps({'key': str(k), 'value': _program_utils.jsonable(v)})
+             for k, v in key_value_pairs]
+  except TypeError as e:
+    logging.warning('Outputs for %s are not serializable: %s', filename, e)
+    return
+  path = epath.Path(filename)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(''.join(line + '\n' for line in lines))
+
+
+def maybe_write_eval_outputs(mode: EvaluationMode, output_dir: Any, step: int,
+                             eval_outputs: Any,
+                             write_pickle: bool = True) -> None:
+  """Writes outputs to `<output_dir>/<mode>_out_<step>_shard_<i>` (process 0)."""
+  if jax.process_index() != 0:
+    return
+  safe_write_key_value_pairs(
+      epath.Path(output_dir) / get_filename(step, mode.value), eval_outputs,
+      write_pickle=write_pickle)
 
 
 class Program(metaclass=abc.ABCMeta):

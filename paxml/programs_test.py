@@ -1,5 +1,6 @@
 """Tests of the train and eval programs on 8 devices."""
 
+import json
 import pathlib
 import tempfile
 
@@ -83,6 +84,26 @@ class EvalProgramTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'no ema_decay'):
       programs.get_eval_train_state(task, state, use_ema=True)
     self.assertFalse(tasks_lib.has_ema(task))
+
+
+class OutputFilesTest(absltest.TestCase):
+
+  def test_names_and_json_lines(self):
+    self.assertEqual(programs.get_filename(np.array(12), 'eval'),
+                     'eval_out_12_shard_0')
+    out_dir = pathlib.Path(tempfile.mkdtemp())
+    programs.maybe_write_eval_outputs(
+        programs.EvaluationMode.DECODE, out_dir, 3,
+        [('a', np.array([1.5, 2.0])), (7, {'n': np.int32(4)})])
+    lines = (out_dir / 'decode_out_3_shard_0').read_text().splitlines()
+    self.assertEqual([json.loads(x) for x in lines],
+                     [{'key': 'a', 'value': [1.5, 2.0]},
+                      {'key': '7', 'value': {'n': 4}}])
+    # What JSON cannot hold is written as its str().
+    other = out_dir / 'other'
+    programs.safe_write_key_value_pairs(other, [('k', {1})])
+    self.assertEqual(json.loads(other.read_text()), {'key': 'k',
+                                                     'value': '{1}'})
 
 
 if __name__ == '__main__':
