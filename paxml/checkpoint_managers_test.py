@@ -123,7 +123,8 @@ class Pax14FixtureTest(test_utils.TestCase):
     src = _FIXTURES / kind / 'checkpoints'
     state = checkpoints.restore_checkpoint(_abstract_state(ref), src,
                                            checkpoint_type=checkpoint_type)
-    checkpoints.save_checkpoint(state, self.tmp, checkpoint_type=checkpoint_type)
+    checkpoints.save_checkpoint(state, self.tmp,
+                                checkpoint_type=checkpoint_type)
     [src_step] = os.listdir(src)
     [new_step] = [p for p in os.listdir(self.tmp) if p.startswith('check')]
     self.assertEqual(new_step, src_step)  # Pax's name, padded or not.
