@@ -94,11 +94,11 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
 
 def _to_array(value: np.ndarray, want: Any, name: str,
               path: epath.Path) -> jax.Array:
-  if tuple(value.shape) != tuple(want.shape):
+  if tuple(value.shape) != tuple(np.shape(want)):
     raise ValueError(
         f'Checkpoint {path}: {name} has shape {tuple(value.shape)} in the '
-        f'checkpoint but {tuple(want.shape)} in the model.')
-  value = value.astype(np.dtype(want.dtype))
+        f'checkpoint but {tuple(np.shape(want))} in the model.')
+  value = value.astype(np.dtype(getattr(want, 'dtype', value.dtype)))
   sharding = getattr(want, 'sharding', None)
   if sharding is None:
     return jax.device_put(value)

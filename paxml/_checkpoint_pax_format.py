@@ -101,8 +101,12 @@ def _stored_names(state_dir: epath.Path, ocdbt: bool) -> set[str]:
           if k.decode().endswith('/.zarray')}
 
 
+def _shape(leaf: Any) -> tuple[int, ...]:
+  return tuple(np.shape(leaf))
+
+
 def _to_array(store: ts.TensorStore, want: Any) -> jax.Array:
-  dtype = np.dtype(want.dtype)
+  dtype = np.dtype(getattr(want, 'dtype', store.dtype.numpy_dtype))
 
   def read(index):
     return np.asarray(store[index].read().result()).astype(dtype)
@@ -110,7 +114,7 @@ def _to_array(store: ts.TensorStore, want: Any) -> jax.Array:
   sharding = getattr(want, 'sharding', None)
   if sharding is None:
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  return jax.make_array_from_callback(tuple(want.shape), sharding, read)
+  return jax.make_array_from_callback(_shape(want), sharding, read)
 
 
 def restore_state(state_dir: epath.PathLike, abstract_state: Any,
@@ -138,9 +142,9 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
   stores = {n: _open(state_dir, n, ocdbt) for n, _ in wanted if n in stored}
   errors = [
       f'{n!r} has shape {tuple(stores[n].shape)} in the checkpoint but '
-      f'{tuple(w.shape)} in the model'
+      f'{_shape(w)} in the model'
       for n, w in wanted
-      if n in stores and tuple(stores[n].shape) != tuple(w.shape)]
+      if n in stores and tuple(stores[n].shape) != _shape(w)]
   errors = errors[:_MAX_REPORTED]
   if missing := sorted({n for n, _ in wanted} - stored):
     errors.append(f'not in the checkpoint: {missing[:_MAX_REPORTED]} '

@@ -268,5 +268,22 @@ class OrbaxCheckpointManagerTest(test_utils.TestCase):
     self.assertArraysEqual(restored.mdl_vars, state.mdl_vars)
 
 
+  def test_host_values_in_both_layouts(self):
+    # Pax's tests save states of numpy arrays and Python scalars.
+    state = train_states.TrainState(
+        step=3, mdl_vars={'params': {'w': np.arange(4.0, dtype=np.float32)}},
+        opt_states=[{'count': np.int32(2)}])
+    for checkpoint_type in (CheckpointType.GDA, CheckpointType.FLAX):
+      tmp = epath.Path(tempfile.mkdtemp())
+      self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+      checkpoints.save_checkpoint(state, tmp, checkpoint_type=checkpoint_type)
+      restored = checkpoints.restore_checkpoint(
+          state, tmp, checkpoint_type=checkpoint_type)
+      self.assertEqual(int(restored.step), 3)
+      self.assertEqual(int(restored.opt_states[0]['count']), 2)
+      np.testing.assert_array_equal(restored.mdl_vars['params']['w'],
+                                    [0.0, 1.0, 2.0, 3.0])
+
+
 if __name__ == '__main__':
   absltest.main()
