@@ -25,6 +25,7 @@ import importlib
 import os
 import pathlib
 import sys
+from typing import Any, Sequence
 
 from absl import app
 from absl import flags
@@ -192,21 +193,39 @@ def _experiment_from_fiddle_flags() -> tuple[object, str]:
   return pax_fiddle.build(cfg), name
 
 
-def _load_configs() -> train.ExperimentConfigs:
-  """The experiment's configs, with the command line's edits applied."""
+def _experiment_and_name() -> tuple[Any, str]:
+  """The experiment the flags name (--exp, or Fiddle's flags), and its name."""
   if _EXP.value:
-    experiment = get_experiment(_EXP.value)()
-    configs = train.ExperimentConfigs.from_experiment(experiment, _EXP.value)
-    _, edits = _fdl_commands()
-    configs.apply_overrides(list(flags.FLAGS.fdl_set or [])
-                            + [e[len('set:'):] for e in edits])
-    return configs
+    return get_experiment(_EXP.value)(), _EXP.value
   if not (absl_flags.fdl_flags_supplied() or _fdl_commands()[0]):
     raise app.UsageError('No experiment provided. At least one of --exp, '
                          '--fdl, --fdl_config, or --fdl_config_file is '
                          'required.')
-  experiment, name = _experiment_from_fiddle_flags()
-  return train.ExperimentConfigs.from_experiment(experiment, name)
+  return _experiment_from_fiddle_flags()
+
+
+def create_experiment_config() -> Any:
+  """The experiment the flags name, validated (`experiment.validate()`)."""
+  experiment, _ = _experiment_and_name()
+  experiment.validate()
+  return experiment
+
+
+def _configs_of(experiment: Any, name: str) -> train.ExperimentConfigs:
+  """The experiment's configs; with --exp, the --fdl_set edits applied."""
+  configs = train.ExperimentConfigs.from_experiment(experiment, name)
+  if _EXP.value:
+    _, edits = _fdl_commands()
+    configs.apply_overrides(list(flags.FLAGS.fdl_set or [])
+                            + [e[len('set:'):] for e in edits])
+  return configs
+
+
+def _load_configs() -> train.ExperimentConfigs:
+  """The experiment's configs, with the command line's edits applied."""
+  experiment, name = _experiment_and_name()
+  experiment.validate()
+  return _configs_of(experiment, name)
 
 
 def _setup_jax() -> None:
@@ -231,9 +250,11 @@ def _cluster_detected() -> bool:
   return ',' in env.get('TPU_WORKER_HOSTNAMES', '')
 
 
-def _run_options(restore_step: int | None) -> executors.RunOptions:
+def _run_options(restore_step: int | None, job_log_dir: Any = None,
+                 enable_checkpoint_saving: bool | None = None
+                 ) -> executors.RunOptions:
   return executors.RunOptions(
-      job_log_dir=pathlib.Path(_JOB_LOG_DIR.value),
+      job_log_dir=pathlib.Path(job_log_dir or _JOB_LOG_DIR.value),
       mode=_MODE.value,
       eval_on_test=_EVAL_ON_TEST.value,
       decode_during_train=_DECODE_DURING_TRAIN.value,
@@ -241,11 +262,50 @@ def _run_options(restore_step: int | None) -> executors.RunOptions:
       restore_checkpoint_dir=(pathlib.Path(_RESTORE_DIR.value)
                               if _RESTORE_DIR.value else None),
       restore_checkpoint_step=restore_step,
-      enable_checkpoint_saving=_SAVE.value,
+      enable_checkpoint_saving=(_SAVE.value if enable_checkpoint_saving is None
+                                else enable_checkpoint_saving),
       enable_summary_writer=_SUMMARIES.value)
 
 
-def run(argv) -> None:
+def run_experiment(experiment_config: Any, work_unit: Any = None,
+                   job_log_dir: Any = None, early_stopping_fn: Any = None,
+                   enable_checkpoint_saving: bool = True) -> None:
+  """Runs `--mode` on an experiment (Pax's signature).
+
+  Args:
+    experiment_config: A BaseExperiment instance, or ExperimentConfigs.
+    work_unit: Unused (Pax reports status to an XManager work unit).
+    job_log_dir: Where the run writes (default: --job_log_dir).
+    early_stopping_fn: Must be None: early stopping is not supported.
+    enable_checkpoint_saving: Write checkpoints.
+
+  Raises:
+    ValueError: for an early_stopping_fn.
+  """
+  del work_unit
+  if early_stopping_fn is not None:
+    raise ValueError('run_experiment: early_stopping_fn is not supported.')
+  if isinstance(experiment_config, train.ExperimentConfigs):
+    configs = experiment_config
+  else:
+    configs = _configs_of(experiment_config, _EXP.value or
+                          type(experiment_config).__name__)
+  steps = _RESTORE_STEP.value or [None]
+  if len(steps) > 1 and _MODE.value != 'decode_once':
+    raise app.UsageError('Several --restore_checkpoint_step values need '
+                         '--mode=decode_once.')
+  for step in steps:
+    _run_mode(configs, _run_options(step, job_log_dir,
+                                    enable_checkpoint_saving))
+
+
+def run(experiment_config: Any, enable_checkpoint_saving: bool = True) -> None:
+  """Runs `--mode` on an experiment into --job_log_dir (Pax's `run`)."""
+  run_experiment(experiment_config, None, _JOB_LOG_DIR.value,
+                 enable_checkpoint_saving=enable_checkpoint_saving)
+
+
+def _main(argv: Sequence[str]) -> None:
   """Parses the flags into configs and options, and runs the mode."""
   if len(argv) > 1:
     raise app.UsageError(f'Too many command-line arguments: {argv[1:]}.')
@@ -257,13 +317,8 @@ def run(argv) -> None:
     configs = _load_configs()
   except ValueError as e:
     _exit_with_error(e)
-  steps = _RESTORE_STEP.value or [None]
-  if len(steps) > 1 and _MODE.value != 'decode_once':
-    raise app.UsageError('Several --restore_checkpoint_step values need '
-                         '--mode=decode_once.')
   try:
-    for step in steps:
-      _run_mode(configs, _run_options(step))
+    run_experiment(configs, enable_checkpoint_saving=_SAVE.value)
   except base_hyperparams.ConfigError as e:  # E.g. an input's file_pattern.
     _exit_with_error(e)
 
@@ -285,10 +340,14 @@ def _exit_with_error(error: Exception) -> None:
   sys.exit(2)
 
 
-def main() -> None:
-  """Console entry point (`paxml`)."""
+def main(argv: Sequence[str] | None = None) -> None:
+  """Pax's `main(argv)` (what `app.run` calls); without argv, the console
+  entry point (`paxml`): parses the command line and runs."""
+  if argv is not None:
+    _main(argv)
+    return
   logging.set_verbosity(logging.INFO)
-  app.run(run, flags_parser=absl_flags.flags_parser)
+  app.run(main, flags_parser=absl_flags.flags_parser)
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 from absl import app
 from absl import flags
@@ -219,6 +220,29 @@ class FlagsTest(absltest.TestCase):
     with flagsaver.flagsaver(exp=None):
       with self.assertRaisesRegex(app.UsageError, 'No experiment provided'):
         main._load_configs()
+
+  def test_run_experiment_runs_the_mode_with_paxs_arguments(self):
+    exp = regression.RegressionExperiment()
+    with flagsaver.flagsaver(mode='decode_once', restore_checkpoint_step=[3, 5],
+                             exp=_EXP), \
+        mock.patch.object(main.eval_lib, 'decode') as decode:
+      main.run_experiment(exp, None, '/tmp/h5_job',
+                          enable_checkpoint_saving=False)
+    self.assertEqual([c.args[1].restore_checkpoint_step
+                      for c in decode.call_args_list], [3, 5])
+    options = decode.call_args.args[1]
+    self.assertEqual(str(options.job_log_dir), '/tmp/h5_job')
+    self.assertFalse(options.enable_checkpoint_saving)
+    self.assertTrue(decode.call_args.kwargs['once'])
+    with self.assertRaisesRegex(ValueError, 'early_stopping_fn'):
+      main.run_experiment(exp, None, '/tmp/h5_job', early_stopping_fn=min)
+
+  def test_create_experiment_config_validates(self):
+    with flagsaver.flagsaver(exp=_EXP), mock.patch.object(
+        regression.RegressionExperiment, 'validate') as validate:
+      exp = main.create_experiment_config()
+    self.assertIsInstance(exp, regression.RegressionExperiment)
+    validate.assert_called_once()
 
   def test_flags_that_cannot_be_honoured_are_refused(self):
     for name, value in (('enable_auto_sharding', True), ('study', 's'),
