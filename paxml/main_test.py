@@ -77,7 +77,7 @@ class TrainRunTest(absltest.TestCase):
                    for p in (self.job_dir / 'checkpoints').iterdir())
     self.assertEqual(steps[-3:], [20, 30, 40])
     params = (self.job_dir / 'model_params.txt').read_text()
-    self.assertIn('.train.num_train_steps : 40', params)
+    self.assertIn('\ntrain.num_train_steps : 40', params)
     post_init = (self.job_dir / 'post_init_model_params.txt').read_text()
     self.assertIn('params/proj/w: shape=[4, 2] dtype=float32', post_init)
 
