@@ -112,6 +112,17 @@ class Pax14FixtureTest(test_utils.TestCase):
         w, state.mdl_vars['params']['lm']['softmax']['logits_ffn']['linear']
         ['w'])
 
+  def test_restore_ocdbt_fixture(self):
+    # Version 1.2: the real Pax with --tensorstore_use_ocdbt.
+    ref = _ref('spmd_ocdbt')
+    ckpt_dir = _FIXTURES / 'spmd_ocdbt' / 'checkpoints'
+    state = checkpoints.restore_checkpoint(
+        _abstract_state(ref), ckpt_dir, checkpoint_type=CheckpointType.GDA)
+    self._check_values(state, ref)
+    [step_dir] = list(ckpt_dir.iterdir())
+    self.assertEqual(
+        checkpoint_metadata.restore_metadata(step_dir)['version'], 1.2)
+
   def test_restore_flax_fixture(self):
     ref = _ref('pmap')
     state = checkpoints.restore_checkpoint(
@@ -230,6 +241,10 @@ class Pax14ModelTest(test_utils.TestCase):
   def test_spmd_model_on_the_real_pax_variables_gives_its_loss(self):
     ours, theirs = _model_loss('spmd')
     self.assertAllClose(ours, theirs, rtol=1e-3)  # bfloat16 activations.
+
+  def test_ocdbt_checkpoint_gives_the_real_pax_loss(self):
+    ours, theirs = _model_loss('spmd_ocdbt')
+    self.assertAllClose(ours, theirs, rtol=1e-3)
 
   def test_pmap_model_on_the_real_pax_variables_gives_its_loss(self):
     ours, theirs = _model_loss('pmap')

@@ -8,7 +8,7 @@ project's `paxml` is not importable (the script checks):
       /work/main/paxml/testdata/pax14_checkpoints
 
 For each experiment of pax14_fixture_lm.py (FixtureLmSpmd: GDA checkpoints,
-FixtureLmPmap: Flax ones) it trains 2 steps with `paxml.main`, keeps the
+version 1.1 and, with --tensorstore_use_ocdbt, 1.2; FixtureLmPmap: Flax) it trains 2 steps with `paxml.main`, keeps the
 checkpoint of step 2 as `<out>/<kind>/checkpoints/...`, and writes
 `<out>/<kind>/ref.json`: every variable of the train state (its path as key
 kinds and names, shape, dtype, sum of its values as the real Pax restored
@@ -31,14 +31,16 @@ import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 EXPS = {'spmd': 'pax14_fixture_lm.FixtureLmSpmd',
+        'spmd_ocdbt': 'pax14_fixture_lm.FixtureLmSpmd',
         'pmap': 'pax14_fixture_lm.FixtureLmPmap'}
+FLAGS = {'spmd_ocdbt': ['--tensorstore_use_ocdbt']}
 
 
-def _train(exp, job_dir):
+def _train(exp, job_dir, flags):
   env = dict(os.environ, PYTHONPATH=str(HERE), FIXTURE_STEPS='2',
              FIXTURE_SAVE_EVERY='2', JAX_PLATFORMS='cpu')
   subprocess.run([sys.executable, '-m', 'paxml.main', f'--exp={exp}',
-                  f'--job_log_dir={job_dir}'], check=True, env=env)
+                  f'--job_log_dir={job_dir}', *flags], check=True, env=env)
 
 
 def _setup(exp_name):
@@ -67,11 +69,12 @@ def _setup(exp_name):
 def _restore(kind, ckpt_dir):
   from paxml import checkpoints  # pylint: disable=g-import-not-at-top
   task, batch, meta, mesh = _setup(EXPS[kind])
-  if kind == 'spmd':
+  if kind.startswith('spmd'):
     state = checkpoints.restore_checkpoint(
         meta.padded_global_shapes, ckpt_dir, global_mesh=mesh,
         checkpoint_type=checkpoints.CheckpointType.GDA,
-        state_specs=meta.partition_specs)
+        state_specs=meta.partition_specs,
+        tensorstore_use_ocdbt=kind.endswith('ocdbt'))
   else:
     state = checkpoints.restore_checkpoint(
         meta.unpadded_global_shapes, ckpt_dir,
@@ -126,9 +129,9 @@ def _loss(task, batch, mdl_vars):
   return float(metrics['total_loss'][0])
 
 
-def _train_into(exp, dst):
+def _train_into(exp, dst, flags):
   with tempfile.TemporaryDirectory() as job:
-    _train(exp, job)
+    _train(exp, job, flags)
     src = pathlib.Path(job) / 'checkpoints'
     shutil.rmtree(dst, ignore_errors=True)
     dst.mkdir(parents=True)
@@ -140,7 +143,7 @@ def make(out_dir):
   for kind, exp in EXPS.items():
     dst = out_dir / kind / 'checkpoints'
     if not (dst.exists() and os.environ.get('FIXTURE_KEEP_CHECKPOINTS')):
-      _train_into(exp, dst)
+      _train_into(exp, dst, FLAGS.get(kind, []))
     task, batch, state = _restore(kind, dst)
     leaves = _leaves(state)
     for leaf in leaves:
