@@ -74,6 +74,22 @@ def _replace(tree: Any, new_leaves: dict[str, Any]) -> Any:
   return flax.serialization.from_state_dict(tree, walk(state, ''))
 
 
+def get_optax_opt_load_rules() -> list[tuple[re.Pattern[str], str]]:
+  """Rules reading a praxis Adam state (`m`, `v`) into optax's (`mu`, `nu`)."""
+  return [(re.compile(r'(.*)/0/mu/params/(.*)'), '{}/m/params/{}'),
+          (re.compile(r'(.*)/0/nu/params/(.*)'), '{}/v/params/{}')]
+
+
+def get_praxis_opt_state_regex() -> list[re.Pattern[str]]:
+  """Names of a praxis Adam state's moments."""
+  return [re.compile(r'(.*)/m/params/(.*)'), re.compile(r'(.*)/v/params/(.*)')]
+
+
+def _any_match(names: Sequence[str], patterns: Sequence[re.Pattern[str]]
+               ) -> bool:
+  return any(p.match(n) for n in names for p in patterns)
+
+
 def _compile(rules: Any) -> tuple[list[tuple[re.Pattern[str], str]],
                                   list[re.Pattern[str]]]:
   load = [(re.compile(pattern), ref) for pattern, ref in rules.load_rules]
@@ -200,11 +216,17 @@ def _apply_one(state: Any, provenance: Any, ckpt_path: str, rules: Any,
   provenance = provenance.replace(mdl_vars=_replace(
       provenance.mdl_vars, {k: came_from for k in taken}))
   logging.info('Loaded %d variables from %s.', len(taken), ckpt_path)
-  if rules.partial_load_opt_states:
-    ours = _flat(state.opt_states)
-    mapping = var_mapping(list(ours), load_rules, ignore_rules,
+  ours, theirs = _flat(state.opt_states), _flat(loaded.opt_states)
+  to_optax = (rules.load_opt_states and not rules.partial_load_opt_states
+              and _any_match(list(ours),
+                             [p for p, _ in get_optax_opt_load_rules()])
+              and _any_match(list(theirs), get_praxis_opt_state_regex()))
+  if rules.partial_load_opt_states or (to_optax and not status.opt_states):
+    # Praxis Adam moments go into an optax Adam state by the optax rules.
+    opt_rules = get_optax_opt_load_rules() if to_optax else load_rules
+    mapping = var_mapping(list(ours), opt_rules, ignore_rules,
                           status.opt_states, ckpt_path)
-    taken = _take(mapping, ours, _flat(loaded.opt_states), ckpt_path)
+    taken = _take(mapping, ours, theirs, ckpt_path)
     state = state.replace(opt_states=_replace(state.opt_states, taken))
     provenance = provenance.replace(opt_states=_replace(
         provenance.opt_states, {k: came_from for k in taken}))

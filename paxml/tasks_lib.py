@@ -6,7 +6,7 @@ DECODE_DEFAULT_MUTABLE_LIST, get_excluded_var_mask_for_grad_or_opt,
 get_excluded_var_mask_for_grad, get_excluded_var_mask_for_opt,
 filter_vars_for_grad_or_opt, create_state, create_state_unpadded_shapes,
 create_state_padded_shapes, create_state_partition_specs, is_vectorized,
-has_ema, extract_ema.
+has_ema, extract_ema, get_optax_opt_load_rules, get_praxis_opt_state_regex.
 
 A task is configured, then built:
 
@@ -64,6 +64,8 @@ RegexStr = str
 WeightHParams = base_layer.WeightHParams
 instantiate = base_hyperparams.instantiate
 NO_PREFIX_KEY = learners_lib.NO_PREFIX_KEY
+get_optax_opt_load_rules = _init_checkpoint_rules.get_optax_opt_load_rules
+get_praxis_opt_state_regex = _init_checkpoint_rules.get_praxis_opt_state_regex
 
 TRAIN_DEFAULT_MUTABLE_LIST = [
     base_layer.AUX_LOSS, base_layer.SUMMARIES, base_layer.NON_TRAINABLE

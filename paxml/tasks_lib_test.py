@@ -302,6 +302,22 @@ class InitFromCheckpointTest(test_utils.TestCase):
       self._init({ckpt_dir: self._rules(src_p, [(r'(.*)', 'ema/{}')])})
 
 
+class OptaxRulesTest(test_utils.TestCase):
+
+  def test_optax_adam_names_map_to_praxis_adam_names(self):
+    mapped = {}
+    for name in ('0/2/0/mu/params/w', '0/2/0/nu/params/a/b', '0/2/0/count'):
+      for pattern, ref in tasks_lib.get_optax_opt_load_rules():
+        if match := pattern.match(name):
+          mapped[name] = ref.format(*match.groups())
+          break
+    self.assertEqual(mapped, {'0/2/0/mu/params/w': '0/2/m/params/w',
+                              '0/2/0/nu/params/a/b': '0/2/v/params/a/b'})
+    praxis = tasks_lib.get_praxis_opt_state_regex()
+    self.assertTrue(any(p.match('0/2/m/params/w') for p in praxis))
+    self.assertFalse(any(p.match('0/2/0/mu/params/w') for p in praxis))
+
+
 class FlattenDictTest(test_utils.TestCase):
 
   def test_keys_are_dot_joined_in_dict_order(self):
