@@ -311,6 +311,7 @@ class OrbaxCheckpointManager:
       restore_kwargs: Any | None = None,
       aux_items: dict[str, Any] | None = None,
       aux_restore_kwargs: dict[str, Any] | None = None,
+      strict: bool = False,
   ) -> Any:
     """Reads step `step` into the shapes and shardings of `train_state`.
 
@@ -324,6 +325,9 @@ class OrbaxCheckpointManager:
         `train_state` on `mesh`, used where a leaf has no sharding.
       aux_items: Not supported.
       aux_restore_kwargs: Not supported.
+      strict: Also refuse arrays only in the checkpoint. Pax reads what
+        `train_state` names and ignores the rest (e.g. the optimizer states
+        when restoring `TrainState(step, mdl_vars, opt_states=[])`).
 
     Returns:
       The TrainState, or (TrainState, input bytes or None) when
@@ -339,7 +343,7 @@ class OrbaxCheckpointManager:
                        f'{self.directory} (looked for {step_dir}).')
     abstract = _with_shardings(train_state, restore_kwargs)
     logging.info('Restoring checkpoint %s', step_dir)
-    state = read_state(step_dir / STATE_ITEM_NAME, abstract)
+    state = read_state(step_dir / STATE_ITEM_NAME, abstract, strict)
     if not train_input_pipeline:
       return state
     input_dir = step_dir / INPUT_ITEM_NAME

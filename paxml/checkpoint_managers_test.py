@@ -181,9 +181,19 @@ class Pax14FixtureTest(test_utils.TestCase):
                                      checkpoint_type='persistence')
     with self.assertRaisesRegex(ValueError, 'must be a subclass of'):
       checkpoints.restore_checkpoint((_abstract_state(ref), []), src)
+    # As in Pax, what the state names is read, the rest ignored.
     fewer = _abstract_state(ref).replace(opt_states=[])
+    restored = checkpoints.restore_checkpoint(
+        fewer, src, checkpoint_type=CheckpointType.GDA)
+    self.assertEqual(restored.opt_states, [])
     with self.assertRaisesRegex(ValueError, r"not in the model: \['opt_states"):
-      checkpoints.restore_checkpoint(fewer, src,
+      checkpoint_managers.read_state(
+          src / 'checkpoint_00000002' / 'state', fewer, strict=True)
+    more = _abstract_state(ref)
+    more.mdl_vars['params']['extra'] = jax.ShapeDtypeStruct((2,), np.float32)
+    with self.assertRaisesRegex(
+        ValueError, r"not in the checkpoint: \['mdl_vars.params.extra'\]"):
+      checkpoints.restore_checkpoint(more, src,
                                      checkpoint_type=CheckpointType.GDA)
 
   def test_truncated_flax_checkpoint_is_named(self):

@@ -219,8 +219,10 @@ def restore_checkpoint(
     The TrainState.
 
   Raises:
-    ValueError: Not a TrainState, no such directory or checkpoint, or the
-      checkpoint does not fit (the error names the variables).
+    ValueError: Not a TrainState, no such directory or checkpoint, or a
+      variable of `state_global_shapes` is missing or of another shape (the
+      error names it). Arrays only in the checkpoint are ignored, as in Pax
+      (restore `TrainState(step, mdl_vars, opt_states=[])` for the model).
   """
   del enforce_restore_shape_check, state_unpadded_shape_dtype_struct
   del tensorstore_use_ocdbt
@@ -395,8 +397,12 @@ class Checkpointer:
         step_dir):
       raise FileNotFoundError(f'No committed checkpoint {step_dir}.')
     _check_abstract_state(abstract_state)
+    # A full state must match the checkpoint exactly (a resumed run with
+    # another optimizer fails here); without optimizer states (eval, decode)
+    # the checkpoint's are ignored.
+    strict = bool(jax.tree.leaves(abstract_state.opt_states))
     return self._manager.restore(step, abstract_state,
-                                 train_input_pipeline=True)
+                                 train_input_pipeline=True, strict=strict)
 
   def latest_step(self) -> int | None:
     """The latest committed step on disk (writes in progress do not count)."""

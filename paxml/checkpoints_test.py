@@ -233,6 +233,16 @@ class CheckpointTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'save_interval_steps'):
       checkpoints.Checkpointer(self.job_dir, save_interval_steps=0)
 
+  def test_eval_state_restores_from_a_full_checkpoint(self):
+    ckpt = self._checkpointer()
+    ckpt.save(0, self._state(_mesh((2, 4))))
+    ckpt.wait_until_finished()
+    abstract = self._abstract(_mesh((1, 1))).to_eval_state()
+    state, _ = ckpt.restore(0, abstract_state=abstract)
+    self.assertEqual(state.opt_states, [])
+    self.assertArraysEqual(state.mdl_vars,
+                           _state_tree(self.values.get).mdl_vars)
+
   def test_input_state_round_trip(self):
     ckpt = self._checkpointer(save_interval_steps=1)
     state = self._state(_mesh((2, 4)))
