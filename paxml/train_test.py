@@ -6,8 +6,11 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 from paxml import eval_lib
+from paxml import tasks_lib
 from paxml import train
 from paxml.tasks.test import regression
+from praxis import base_input
+from praxis import pax_fiddle
 
 
 class ShortRegression(regression.RegressionExperiment):
@@ -50,6 +53,41 @@ class PaxSignaturesTest(absltest.TestCase):
     self.assertIn('num_train_steps : 4', text)
     with self.assertRaisesRegex(TypeError, 'BaseExperiment instance'):
       train.write_hparams_file(ShortRegression, job_dir)
+
+
+class WarmStartTest(absltest.TestCase):
+
+  def test_a_run_starts_from_another_runs_weights(self):
+    first_dir = pathlib.Path(tempfile.mkdtemp())
+    first = train.train_and_evaluate(ShortRegression(), first_dir)
+    ckpt_dir = str(first_dir / 'checkpoints')
+
+    class WarmStart(ShortRegression):
+
+      def task(self):
+        task_p = super().task()
+        source = ShortRegression()
+        task_p.train.init_from_checkpoint_rules = {
+            ckpt_dir: tasks_lib.CheckpointLoadingRules(
+                task_p=source.task(), load_rules=[(r'params/(.*)',
+                                                   'params/{}')],
+                input_specs_provider_p=pax_fiddle.Config(
+                    base_input.DatasetInputSpecsProvider,
+                    input_p=source.datasets()[0]))}
+        return task_p
+
+    second_dir = pathlib.Path(tempfile.mkdtemp())
+    second = train.train_and_evaluate(WarmStart(), second_dir,
+                                      override_num_train_steps=1)
+    provenance = (second_dir / 'train_state_provenance.txt').read_text()
+    self.assertIn(f"['params']['proj']['w']: \"({ckpt_dir}:latest)\"",
+                  provenance)
+    self.assertIn('"(random_init)"', provenance)  # Optimizer states.
+    # One Adam step (rate 0.05) from the first run's final weights.
+    moved = np.abs(np.asarray(second.mdl_vars['params']['proj']['w']) -
+                   np.asarray(first.mdl_vars['params']['proj']['w']))
+    self.assertLessEqual(moved.max(), 0.05 + 1e-6)
+    self.assertGreater(moved.max(), 0.0)
 
 
 class RunProgramsTest(absltest.TestCase):
