@@ -101,6 +101,30 @@ class _StateRestore(ocp.args.CheckpointArgs):
   strict: bool = True
 
 
+def state_checkpointer(checkpoint_type: Any) -> ocp.Checkpointer:
+  """An Orbax checkpointer of one state item (`save(path, args=...)`).
+
+  Args:
+    checkpoint_type: GDA or FLAX.
+
+  Returns:
+    The checkpointer; save with `state_save_args(state)`, restore with
+    `state_restore_args(abstract_state)`.
+  """
+  return ocp.Checkpointer(_StateHandler(_checked_type(checkpoint_type)))
+
+
+def state_save_args(state: Any) -> ocp.args.CheckpointArgs:
+  """Orbax args to save a TrainState with `state_checkpointer`."""
+  return _StateSave(state)
+
+
+def state_restore_args(abstract_state: Any,
+                       strict: bool = False) -> ocp.args.CheckpointArgs:
+  """Orbax args to restore a TrainState with `state_checkpointer`."""
+  return _StateRestore(abstract_state, strict)
+
+
 def read_state(state_dir: epath.PathLike, abstract_state: Any,
                strict: bool = True) -> Any:
   """Reads a state item of any Pax layout (GDA 1.1/1.2, FLAX)."""

@@ -293,6 +293,21 @@ class OrbaxCheckpointManagerTest(test_utils.TestCase):
     self.assertArraysEqual(restored.mdl_vars, state.mdl_vars)
 
 
+  def test_state_checkpointer(self):
+    tmp = epath.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    state = train_states.TrainState(
+        step=np.uint32(1), mdl_vars={'w': np.ones((2, 2), np.float32)},
+        opt_states=[])
+    ckpt = checkpoints.get_checkpointer(CheckpointType.GDA)
+    ckpt.save(tmp / 'state', args=checkpoint_managers.state_save_args(state))
+    self.assertTrue((tmp / 'state' / 'mdl_vars.w' / '.zarray').exists())
+    restored = ckpt.restore(
+        tmp / 'state', args=checkpoint_managers.state_restore_args(state))
+    np.testing.assert_array_equal(restored.mdl_vars['w'], np.ones((2, 2)))
+    with self.assertRaisesRegex(ValueError, 'Unexpected checkpoint_type'):
+      checkpoints.get_checkpointer(CheckpointType.PERSISTENCE)
+
   def test_host_values_in_both_layouts(self):
     # Pax's tests save states of numpy arrays and Python scalars.
     state = train_states.TrainState(

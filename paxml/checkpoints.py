@@ -5,7 +5,8 @@ CHECKPOINT_PREFIX, save_checkpoint, restore_checkpoint, latest_checkpoint,
 latest_checkpoint_if_exists, retrieve_latest_checkpoint_step,
 retrieve_latest_checkpoint_step_if_exists, retrieve_checkpoint_type,
 make_checkpoint_step_dir, get_step_from_checkpoint_asset,
-is_checkpoint_asset, TrainingCheckpointer, install_sigterm_handler,
+is_checkpoint_asset, TrainingCheckpointer, AsyncCheckpointer,
+get_checkpointer, reregister_type_handlers, install_sigterm_handler,
 preemption_requested, reached_preemption.
 
 A checkpoint is `<job_log_dir>/checkpoints/checkpoint_<step:08d>/` as the
@@ -52,6 +53,7 @@ from etils import epath
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
+import orbax.checkpoint as ocp
 from paxml import checkpoint_managers
 from paxml import checkpoint_paths
 from paxml import checkpoint_types
@@ -130,6 +132,44 @@ def reached_preemption(step: int) -> bool:
     return multihost_utils.reached_preemption_sync_point(step)
   except RuntimeError:  # The preemption service is disabled.
     return False
+
+
+AsyncCheckpointer = ocp.AsyncCheckpointer
+
+
+def get_checkpointer(
+    checkpoint_type: CheckpointType,
+    async_checkpointer: Any = None,
+    enforce_restore_shape_check: bool = False,
+    tensorstore_use_ocdbt: bool = False,
+) -> Any:
+  """An Orbax checkpointer of a bare `state` item in Pax's layout.
+
+  Args:
+    checkpoint_type: GDA or FLAX.
+    async_checkpointer: Returned as is when given.
+    enforce_restore_shape_check: Accepted (shapes are always checked).
+    tensorstore_use_ocdbt: Must be False (version 1.1 is written).
+
+  Returns:
+    `ocp.Checkpointer` whose handler writes and reads a TrainState.
+  """
+  del enforce_restore_shape_check
+  if async_checkpointer is not None:
+    return async_checkpointer
+  if tensorstore_use_ocdbt:
+    raise ValueError('tensorstore_use_ocdbt=True: this project writes '
+                     'checkpoint version 1.1 (it reads 1.2).')
+  return checkpoint_managers.state_checkpointer(checkpoint_type)
+
+
+def reregister_type_handlers(
+    tensorstore_metadata_key: str | None = None) -> None:
+  """Sets the key of TensorStore's metadata in Orbax's array handlers."""
+  if tensorstore_metadata_key is None:
+    return
+  ocp.type_handlers.register_standard_handlers_with_options(
+      metadata_key=tensorstore_metadata_key)
 
 
 # -- Pax's functional API ------------------------------------------------------
