@@ -50,6 +50,7 @@ from flax import linen as nn
 from flax import struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 from praxis import _jax_context
 from praxis import _layer_quantization
 from praxis import _weights
@@ -376,6 +377,13 @@ def _has_field(target: Any, name: str) -> bool:
     return name in target.__signature_info__.parameters
   return any(f.name == name for f in dataclasses.fields(target))
 
+
+
+def _numpy_as_jax(value: Any) -> Any:
+  """`value` with numpy-array leaves turned into jax arrays."""
+  return jax.tree.map(
+      lambda x: jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic))
+      else x, value)
 
 class BaseLayer(nn.Module):
   """Base class of all Pax layers.
@@ -729,8 +737,10 @@ class BaseLayer(nn.Module):
           f'{type(self).__name__} has no trainable variable {name!r} (did '
           'setup() create it?).'
       )
-    # Restored checkpoints may hand numpy arrays: read them as jax arrays.
-    value = jnp.asarray(flax_core.meta.unbox(self.get_variable(PARAMS, name)))
+    # Restored checkpoints may hand numpy arrays: read them as jax arrays
+    # (other leaves, e.g. ghost-norm's ParamWithAux pytrees, pass as they are).
+    value = _numpy_as_jax(
+        flax_core.meta.unbox(self.get_variable(PARAMS, name)))
     hp = self._weight_hparams().get(name)
     if (
         self.fprop_dtype == jnp.bfloat16
@@ -757,7 +767,7 @@ class BaseLayer(nn.Module):
     for collection in (NON_TRAINABLE, PARAMS):
       if self.has_variable(collection, name):
         value = flax_core.meta.unbox(self.get_variable(collection, name))
-        return jnp.asarray(value)
+        return _numpy_as_jax(value)
     raise ValueError(f'{type(self).__name__} has no variable {name!r}.')
 
   def update_var(self, name: str, new_val: JTensor) -> None:
