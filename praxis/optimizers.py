@@ -70,8 +70,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from praxis import _adafactor_state
 from praxis import _optimizer_transforms
+from praxis import _pax_states
 from praxis import base_hyperparams
 from praxis import base_layer
 from praxis import pax_fiddle
@@ -97,7 +97,7 @@ partition_params = _optimizer_transforms.partition_params
 partition_spec_like_state = _optimizer_transforms.partition_spec_like_state
 sharded_chain = _optimizer_transforms.sharded_chain
 sharded_masked = _optimizer_transforms.sharded_masked
-ShardedAdafactorState = _adafactor_state.ShardedAdafactorState
+ShardedAdafactorState = _pax_states.ShardedAdafactorState
 count_init_fn = _optimizer_transforms.count_init_fn
 count_init_partition_spec_fn = (
     _optimizer_transforms.count_init_partition_spec_fn)
@@ -341,7 +341,9 @@ def sharded_adafactor(
   if weight_decay:
     txs += _adafactor_weight_decay(learning_rate_fn, weight_decay)
   txs.append(optax.scale(-1.0))
-  return _sharded(_adafactor_state.pax_layout(optax.chain(*txs)))
+  return _sharded(_pax_states.pax_layout(
+      optax.chain(*txs), ShardedAdafactorState, _pax_states.ADAFACTOR_FIELDS,
+      _pax_states.adafactor_defaults))
 
 
 def sharded_static_accumulation(
