@@ -172,7 +172,8 @@ class BaseParameterizableTest(test_utils.TestCase):
   def test_class_checks(self):
     with self.assertRaisesRegex(ValueError, 'FiddleBaseParameterizable'):
 
-      class NotMarked(base_hyperparams.BaseParameterizable):  # pylint: disable=unused-variable
+      # pylint: disable-next=unused-variable
+      class NotMarked(base_hyperparams.BaseParameterizable):
         pass
 
     with self.assertRaisesRegex(TypeError, 'Duplicated parameter.*scale'):

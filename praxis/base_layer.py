@@ -378,12 +378,14 @@ def _has_field(target: Any, name: str) -> bool:
   return any(f.name == name for f in dataclasses.fields(target))
 
 
-
 def _numpy_as_jax(value: Any) -> Any:
   """`value` with numpy-array leaves turned into jax arrays."""
-  return jax.tree.map(
-      lambda x: jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic))
-      else x, value)
+
+  def convert(x: Any) -> Any:
+    return jnp.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x
+
+  return jax.tree.map(convert, value)
+
 
 class BaseLayer(nn.Module):
   """Base class of all Pax layers.
@@ -938,7 +940,9 @@ class BaseLayer(nn.Module):
       if not f.init or f.name == 'parent':
         continue
       value = getattr(self, f.name)
-      kwargs[f.name] = None if is_sublayer_template_or_instance(value) else value
+      if is_sublayer_template_or_instance(value):
+        value = None
+      kwargs[f.name] = value
     config = pax_fiddle.Config(type(self), **kwargs)
     self.put_variable(HYPER_PARAMS, '_hparams', WrappedHParams(config))
 
