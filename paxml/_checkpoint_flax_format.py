@@ -94,6 +94,10 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
 
 def _to_array(value: np.ndarray, want: Any, name: str,
               path: epath.Path) -> jax.Array:
+  if value.ndim == len(np.shape(want)) + 1 and (
+      tuple(value.shape[1:]) == tuple(np.shape(want))):
+    # A pmap state saved replicated (one copy per device): its first copy.
+    value = value[0]
   if tuple(value.shape) != tuple(np.shape(want)):
     raise ValueError(
         f'Checkpoint {path}: {name} has shape {tuple(value.shape)} in the '

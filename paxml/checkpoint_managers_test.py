@@ -293,6 +293,26 @@ class OrbaxCheckpointManagerTest(test_utils.TestCase):
     self.assertArraysEqual(restored.mdl_vars, state.mdl_vars)
 
 
+  def test_flax_replicated_state_restores_unreplicated(self):
+    # Pax's tests save a pmap state with its device axis (one copy each).
+    tmp = epath.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    w = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    replicated = train_states.TrainState(
+        step=np.zeros((2,), np.int32), mdl_vars={'w': np.stack([w, w])},
+        opt_states=[])
+    checkpoints.save_checkpoint(replicated, tmp)
+    want = train_states.TrainState(
+        step=jax.ShapeDtypeStruct((), np.int32),
+        mdl_vars={'w': jax.ShapeDtypeStruct((2, 3), np.float32)},
+        opt_states=[])
+    restored = checkpoints.restore_checkpoint(want, tmp)
+    np.testing.assert_array_equal(restored.mdl_vars['w'], w)
+    bad = want.replace(mdl_vars={'w': jax.ShapeDtypeStruct((3, 3),
+                                                           np.float32)})
+    with self.assertRaisesRegex(ValueError, r"\['w'\] has shape \(2, 2, 3\)"):
+      checkpoints.restore_checkpoint(bad, tmp)
+
   def test_state_checkpointer(self):
     tmp = epath.Path(tempfile.mkdtemp())
     self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
