@@ -87,6 +87,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
     self._state = None
     self._step = 0
     self._early_stopping_fn = None
+    self._job_log_dir = None
 
   def setup(self, jax_task: Any, job_log_dir: Any,
             checkpointer: checkpoints.Checkpointer | None, partitioner: Any,
@@ -108,7 +109,9 @@ class DefaultExecutor(base_executor.BaseExecutor):
       train_program: A `BaseTrainProgram`, not set up yet.
       eval_programs: `BaseEvalProgram`s, not set up yet.
       decode_programs: `SingleTaskDecodeProgram`s, not set up yet.
-      early_stopping_fn: Unused.
+      early_stopping_fn: Called after each round of eval/decode as Pax does,
+        `fn(metrics, running_mode, step, is_last_ckpt, checkpoint_path)`;
+        True stops training (the step is saved).
       exit_after_ondemand_checkpoint: Unused.
       enable_summary_writer: Write TensorBoard summaries.
       restore_checkpoint_step: The step to restore (default: the latest).
@@ -117,6 +120,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
     self._task = jax_task
     self._checkpointer = checkpointer
     self._early_stopping_fn = early_stopping_fn
+    self._job_log_dir = job_log_dir
     root_key = jax.random.PRNGKey(jax_task.train.random_seed)
     train_input_p = partitioner.preprocess_input_config(train_input_p)
     self._train_input = instantiate(train_input_p)
@@ -175,6 +179,25 @@ class DefaultExecutor(base_executor.BaseExecutor):
     last = step == self._train_program.num_train_steps
     return bool(interval) and step >= start and (step % interval == 0 or last)
 
+  def _should_stop_early(self, step: int, evals: list[Any],
+                         decodes: list[Any]) -> bool:
+    """Asks the early_stopping_fn, with Pax's metric names."""
+    if self._early_stopping_fn is None or not (evals or decodes):
+      return False
+    metrics = {}
+    for program, out in evals:
+      for key, value in (getattr(out, 'eval_metrics', None) or {}).items():
+        metrics[f'eval_test_{program._name}/metrics/{key}'] = float(value)  # pylint: disable=protected-access
+    for program, out in decodes:
+      for key, value in (getattr(out, 'decode_metrics', None) or {}).items():
+        metrics[f'decode_test_{program._name}/{key}'] = float(value)  # pylint: disable=protected-access
+    mode = RunningMode.detect(has_train_metrics=True,
+                              has_eval_metrics=bool(evals),
+                              has_decode_metrics=bool(decodes))
+    last = step >= self._train_program.num_train_steps
+    path = pathlib.Path(self._job_log_dir) / 'checkpoints'
+    return bool(self._early_stopping_fn(metrics, mode, step, last, path))
+
   def start(self) -> Any:
     """Trains from the set-up state and step; returns the final state."""
     state, step = self._state, self._step
@@ -190,13 +213,17 @@ class DefaultExecutor(base_executor.BaseExecutor):
         break
       state = self._train_program.run(state, step).state
       step += 1
+      evals, decodes = [], []
       if self._due(train_p.eval_interval_steps, step):
-        for program in self._eval_programs:
-          program.run(state, step)
+        evals = [(p, p.run(state, step)) for p in self._eval_programs]
       if self._due(train_p.decode_interval_steps, step,
                    train_p.decode_start_after_n_steps):
-        for program in self._decode_programs:
-          program.run(state, step)
+        decodes = [(p, p.run(state, step)) for p in self._decode_programs]
+      if self._should_stop_early(step, evals, decodes):
+        logging.info('Training loop is early stopped at step %d (of %d) by '
+                     'the early_stopping_fn.', step,
+                     self._train_program.num_train_steps)
+        break
     self._save(step, state, force=True)
     if self._checkpointer is not None:
       self._checkpointer.wait_until_finished()

@@ -248,7 +248,8 @@ def train_and_evaluate(
     maybe_use_persistence_checkpointing: Ignored.
     eval_on_test: Run the eval programs during training.
     checkpoint_todelete_subdir: Ignored.
-    early_stopping_fn: Ignored.
+    early_stopping_fn: Called after each round of eval/decode with Pax's
+      metrics (`eval_test_<input>/metrics/<name>`, ...); True stops training.
     run_decode: Run the decode programs during training.
     enable_auto_sharding: Ignored.
     enable_async_checkpointing: Ignored (saves are asynchronous).
@@ -265,7 +266,7 @@ def train_and_evaluate(
     The final train state.
   """
   del (maybe_use_persistence_checkpointing, checkpoint_todelete_subdir,
-       early_stopping_fn, enable_auto_sharding, enable_async_checkpointing,
+       enable_auto_sharding, enable_async_checkpointing,
        enforce_restore_shape_check, tensorstore_use_ocdbt,
        exit_after_ondemand_checkpoint, async_timeout_secs)
   configs = as_experiment_configs(experiment_config)
@@ -279,11 +280,13 @@ def train_and_evaluate(
         enable_summary_writer=enable_summary_writer)
   if override_num_train_steps:
     configs.task.train.num_train_steps = override_num_train_steps
-  return _run_training(configs, options, train_first_result_callback_fn)
+  return _run_training(configs, options, train_first_result_callback_fn,
+                       early_stopping_fn)
 
 
 def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
-                  first_result_callback: Any = None) -> Any:
+                  first_result_callback: Any = None,
+                  early_stopping_fn: Any = None) -> Any:
   """`train_and_evaluate` on ExperimentConfigs and RunOptions."""
   job_log_dir = pathlib.Path(options.job_log_dir)
   job_log_dir.mkdir(parents=True, exist_ok=True)
@@ -311,7 +314,7 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
       task, job_log_dir, checkpointer, partitioner,
       _input_specs_provider(configs), configs.train_datasets[0],
       train_program, eval_programs, decode_programs,
-      early_stopping_fn=None,
+      early_stopping_fn=early_stopping_fn,
       enable_summary_writer=options.enable_summary_writer,
       restore_checkpoint_step=options.restore_checkpoint_step)
   if jax.process_index() == 0:

@@ -37,6 +37,32 @@ class PaxSignaturesTest(absltest.TestCase):
             'decoder_out_3_shard_0.jsonl').read_text().splitlines()
     self.assertLen(rows, 64)  # Every decode example, once.
 
+  def test_early_stopping_fn_sees_pax_metric_names_and_stops(self):
+
+    class EveryStep(regression.RegressionExperiment):
+      NUM_TRAIN_STEPS = 20
+
+      def task(self):
+        task_p = super().task()
+        task_p.train.eval_interval_steps = 1
+        return task_p
+
+    seen = []
+
+    def stop_at_third_eval(metrics, running_mode, step, is_last, path):
+      seen.append((sorted(metrics), running_mode.has_eval, step, is_last,
+                   path.name))
+      return len(seen) == 3
+
+    job_dir = pathlib.Path(tempfile.mkdtemp())
+    state = train.train_and_evaluate(EveryStep(), job_dir, eval_on_test=True,
+                                     early_stopping_fn=stop_at_third_eval)
+    self.assertEqual(int(state.step), 3)  # Stopped after the 3rd eval.
+    names, has_eval, step, is_last, path = seen[-1]
+    self.assertIn('eval_test_test/metrics/loss', names)
+    self.assertEqual((has_eval, step, is_last, path),
+                     (True, 3, False, 'checkpoints'))
+
   def test_class_vars_file_groups_by_class(self):
     job_dir = pathlib.Path(tempfile.mkdtemp())
     train.write_experiment_class_vars_file(ShortRegression, job_dir, 'x_')
