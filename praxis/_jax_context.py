@@ -4,7 +4,7 @@ Re-exported by `praxis.base_layer`; import it from there. Public names:
   JaxContext, cur_jax_context, SummaryType, SummaryVerbosity,
   get_summary_base_type, get_summary_type_suffix, get_summary_type_from_key,
   trim_summary_type_from_key, add_global_summary, clear_global_summary,
-  all_global_summaries.
+  all_global_summaries, transpose_one_axis, maybe_transpose_mesh_axes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import enum
 import threading
 from typing import Any, Sequence
 
+import jax
 import jax.numpy as jnp
 from praxis import base_hyperparams
 
@@ -236,3 +237,31 @@ def transpose_mesh_axes(names: Sequence[Any] | None) -> Any:
     return names
   return type(names)(mapping.get(n, n) if isinstance(n, str) else n
                      for n in names)
+
+
+def transpose_one_axis(
+    axis: str | None, mesh_axes_transpose: dict[str, str] | None
+) -> str | None:
+  """`axis` renamed by `mesh_axes_transpose` (unchanged if not listed)."""
+  if mesh_axes_transpose is None or axis is None:
+    return axis
+  if not isinstance(axis, str):
+    raise TypeError(f'transpose_one_axis: expected an axis name, got {axis!r}.')
+  return mesh_axes_transpose.get(axis, axis)
+
+
+def maybe_transpose_mesh_axes(partition_spec: Any) -> Any:
+  """`partition_spec` with its axes renamed by the context's transpose."""
+  context = JaxContext.top()
+  mapping = context.mesh_axes_transpose if context else None
+  if not mapping:
+    return partition_spec
+
+  def one(axes: Any) -> Any:
+    if axes is jax.sharding.PartitionSpec.UNCONSTRAINED:
+      return axes
+    if axes is None or isinstance(axes, str):
+      return transpose_one_axis(axes, mapping)
+    return tuple(a for a in (one(x) for x in axes) if a)
+
+  return jax.sharding.PartitionSpec(*(one(x) for x in partition_spec))

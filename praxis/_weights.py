@@ -3,7 +3,8 @@
 Re-exported by `praxis.base_layer`; import it from there. Public names:
   WeightInit, WeightHParams, WeightHParamsCollection, BoxedParam,
   default_param_init, is_default_param_init, get_fan_in_fan_out, init_var,
-  scaled_orthogonal, scaled_delta_orthogonal, maybe_unbox_value, unbox_meta,
+  scaled_orthogonal, scaled_delta_orthogonal, var_init_scale,
+  maybe_unbox_value, unbox_meta,
   to_partition_spec, var_partition_specs, var_not_trainable,
   var_requires_mean_sync, var_requires_sum_sync,
   var_disallow_bfloat16_conversion, var_skip_lp_regularization,
@@ -333,6 +334,37 @@ def init_var(
     limit = scale * math.sqrt(3.0 / input_size)
     return limit * _symmetric_uniform(prng_key, shape, dtype)
   raise ValueError(f'Variable {var_full_name}: unknown init method {method!r}.')
+
+
+def var_init_scale(
+    var_p: WeightHParams, var_key: str | None = None
+) -> float:
+  """The standard scale `init_var` gives a variable (for optimizers).
+
+  Supports the 'gaussian', 'gaussian_sqrt_fanin' and 'xavier' methods (for
+  'xavier', the bound of the uniform draw).
+
+  Args:
+    var_p: The variable's declaration, with `init` set.
+    var_key: Its name, for the error message.
+
+  Returns:
+    The scale.
+  """
+  method, scale = var_p.init.method, var_p.init.scale
+  fan_in, fan_out = get_fan_in_fan_out(
+      var_p.shape, var_p.fan_in_axes, var_p.fan_out_axes
+  )
+  if method == 'gaussian':
+    return scale
+  if method == 'gaussian_sqrt_fanin':
+    return scale / math.sqrt(fan_in)
+  if method == 'xavier':
+    return scale * math.sqrt(6.0 / (fan_in + fan_out))
+  raise NotImplementedError(
+      f'var_init_scale({var_key or "variable"}): init method {method!r} is '
+      "not supported (only 'gaussian', 'gaussian_sqrt_fanin', 'xavier')."
+  )
 
 
 def _symmetric_uniform(key: JTensor, shape: tuple[int, ...], dtype: Any):

@@ -74,6 +74,8 @@ NestedJTensorOrPartitionSpec = pytypes.NestedJTensorOrPartitionSpec
 NestedPartitionSpec = pytypes.NestedPartitionSpec
 SplitDimsMapping = pytypes.SplitDimsMapping
 AxisMetadata = flax_core.meta.AxisMetadata
+TAxisMetadata = flax_core.meta.TAxisMetadata
+BaseLayerT = typing.TypeVar('BaseLayerT', bound='BaseLayer')
 # A function (state, batch_dim, time_dim) -> state applied to decode caches.
 DecodeStateTransformFn = Callable[[JTensor, int, int | None], JTensor]
 
@@ -106,6 +108,8 @@ get_fan_in_fan_out = _weights.get_fan_in_fan_out
 init_var = _weights.init_var
 scaled_orthogonal = _weights.scaled_orthogonal
 scaled_delta_orthogonal = _weights.scaled_delta_orthogonal
+var_init_scale = _weights.var_init_scale
+NestedWeightHParams = pytypes.Nested[WeightHParams]
 maybe_unbox_value = _weights.maybe_unbox_value
 unbox_meta = _weights.unbox_meta
 to_partition_spec = _weights.to_partition_spec
@@ -125,6 +129,8 @@ get_summary_base_type = _jax_context.get_summary_base_type
 get_summary_type_suffix = _jax_context.get_summary_type_suffix
 get_summary_type_from_key = _jax_context.get_summary_type_from_key
 trim_summary_type_from_key = _jax_context.trim_summary_type_from_key
+transpose_one_axis = _jax_context.transpose_one_axis
+maybe_transpose_mesh_axes = _jax_context.maybe_transpose_mesh_axes
 add_global_summary = _jax_context.add_global_summary
 clear_global_summary = _jax_context.clear_global_summary
 all_global_summaries = _jax_context.all_global_summaries
@@ -519,11 +525,37 @@ class BaseLayer(nn.Module):
       return list(self.ici_mesh_shape)
     return [i * d for i, d in zip(self.ici_mesh_shape, self.dcn_mesh_shape)]
 
+  def get_shard_count_on_dim(
+      self, dim_sharding: str | Sequence[str] | None
+  ) -> int:
+    """The number of shards of a tensor dim split over `dim_sharding` axes."""
+    if dim_sharding is None or self.mesh_axis_names is None:
+      return 1
+    if isinstance(dim_sharding, str):
+      dim_sharding = [dim_sharding]
+    count = 1
+    for axis in dim_sharding:
+      if axis not in self.mesh_axis_names:
+        raise ValueError(
+            f'{type(self).__name__}: mesh axis {axis!r} is not one of '
+            f'mesh_axis_names {list(self.mesh_axis_names)}.'
+        )
+      i = list(self.mesh_axis_names).index(axis)
+      for shape in (self.ici_mesh_shape, self.dcn_mesh_shape):
+        count *= shape[i] if shape else 1
+    return count
+
   # -- Context ---------------------------------------------------------------
 
   @property
   def jax_context(self) -> JaxContext | None:
     return JaxContext.top()
+
+  @property
+  def reflect_configs(self) -> bool:
+    """True under `abstract_init_with_mdl_config` (layers record configs)."""
+    context = JaxContext.top()
+    return bool(context and context.hparams.self_reflect_configs)
 
   @property
   def do_eval(self) -> bool:
@@ -930,10 +962,7 @@ class BaseLayer(nn.Module):
 
   def _maybe_record_hparams(self) -> None:
     """Under `abstract_init_with_mdl_config`, stores this layer's config."""
-    context = JaxContext.top()
-    if not (context and context.hparams.self_reflect_configs):
-      return
-    if not self.is_initializing():
+    if not (self.reflect_configs and self.is_initializing()):
       return
     kwargs = {}
     for f in dataclasses.fields(self):

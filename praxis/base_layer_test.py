@@ -718,6 +718,56 @@ class QuantizationTest(test_utils.TestCase):
     self.assertEqual(specs['non_trainable']['count'].meta, p())
 
 
+class ShardingHelpersTest(test_utils.TestCase):
+
+  def test_shard_count_on_dim(self):
+    layer = Lin(ici_mesh_shape=[2, 3], dcn_mesh_shape=[5, 1],
+                mesh_axis_names=['data', 'mdl'])
+    self.assertEqual(layer.get_shard_count_on_dim(None), 1)
+    self.assertEqual(layer.get_shard_count_on_dim('data'), 10)
+    self.assertEqual(layer.get_shard_count_on_dim(('data', 'mdl')), 30)
+    with self.assertRaisesRegex(ValueError, "'x' is not one of"):
+      layer.get_shard_count_on_dim('x')
+    self.assertEqual(Lin().get_shard_count_on_dim('data'), 1)
+
+  def test_mesh_axes_transpose_from_the_context(self):
+    p = jax.sharding.PartitionSpec
+    spec = p('a', ('a', 'b'), None)
+    self.assertEqual(base_layer.maybe_transpose_mesh_axes(spec), spec)
+    context = base_layer.JaxContext.HParams(mesh_axes_transpose={'a': 'z'})
+    with base_layer.JaxContext.new_context(hparams=context):
+      self.assertEqual(base_layer.maybe_transpose_mesh_axes(spec),
+                       p('z', ('z', 'b'), None))
+    self.assertEqual(base_layer.transpose_one_axis('a', {'a': 'q'}), 'q')
+    self.assertIsNone(base_layer.transpose_one_axis(None, {'a': 'q'}))
+
+  def test_var_init_scale(self):
+    shape = [4, 6]
+    self.assertEqual(base_layer.var_init_scale(
+        WeightHParams(shape, init=WeightInit.Gaussian(0.3))), 0.3)
+    self.assertAlmostEqual(base_layer.var_init_scale(
+        WeightHParams(shape, init=WeightInit.GaussianSqrtFanIn(2.0))), 1.0)
+    self.assertAlmostEqual(base_layer.var_init_scale(
+        WeightHParams(shape, init=WeightInit.Xavier(1.0))), np.sqrt(0.6))
+    with self.assertRaisesRegex(NotImplementedError, r"\(w\).*'uniform'"):
+      base_layer.var_init_scale(
+          WeightHParams(shape, init=WeightInit.Uniform(1.0)), 'w')
+
+  def test_reflect_configs_only_under_mdl_config(self):
+    seen = []
+
+    class Probe(base_layer.BaseLayer):
+
+      def __call__(self, x):
+        seen.append(self.reflect_configs)
+        return x
+
+    layer = instantiate(pax_fiddle.Config(Probe, name='p'))
+    _init(layer, jnp.ones(2))
+    layer.abstract_init_with_mdl_config(jnp.ones(2))
+    self.assertEqual(seen, [False, True])
+
+
 class ContextSummariesTest(test_utils.TestCase):
 
   def test_summary_dict_numbers_repeated_names(self):
