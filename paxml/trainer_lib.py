@@ -586,6 +586,7 @@ def train_step_single_learner(
       _add_variable_norm_summaries(
           new_states.mdl_vars,
           is_summary_step(jax_task.train, states.step.astype(jnp.int32) + 1))
+    _add_dp_summaries(getattr(aux, 'dp_aux_info', None))
     bwd_summaries = base_layer.all_global_summaries()
 
   summaries = NestedMap(fwd_summaries)
@@ -636,6 +637,22 @@ def _add_variable_norm_summaries(mdl_vars: Any, compute: jax.Array) -> None:
   values = jax.lax.cond(compute, norms, zeros)
   for (path, _), rms in zip(floats, values):
     base_layer.add_global_summary(f'vars/{path}', rms)
+
+
+def _add_dp_summaries(dp_aux_info: Any) -> None:
+  """`dp_metrics/...` summaries of a DP-SGD gradient's statistics, as Pax."""
+  if not dp_aux_info:
+    return
+  for key, value in dp_aux_info.items():
+    leaves = jax.tree_util.tree_leaves_with_path(value)
+    if len(leaves) == 1 and not leaves[0][0]:
+      name = 'mean_' + key if key == 'per_core_grad_norm' else key
+      base_layer.add_global_summary(f'dp_metrics/{name}', value)
+      continue
+    for path, leaf in leaves:
+      suffix = '/'.join(str(getattr(k, 'key', getattr(k, 'idx', k)))
+                        for k in path)
+      base_layer.add_global_summary(f'dp_metrics/{key}/{suffix}', leaf)
 
 
 def _maybe_ema_vars(states: TrainState, use_ema: bool) -> Any:

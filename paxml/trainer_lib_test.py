@@ -602,5 +602,25 @@ class SetupHelpersTest(test_utils.TestCase):
     self.assertIsNotNone(fn.lower(2.0))
 
 
+
+class DpSummariesTest(absltest.TestCase):
+
+  def test_dp_statistics_become_dp_metrics_summaries(self):
+    with base_layer.JaxContext.new_context():
+      trainer_lib._add_dp_summaries({  # pylint: disable=protected-access
+          'frac_clipped': jnp.float32(0.25),
+          'per_core_grad_norm': jnp.float32(3.0),
+          'mean_layer_grad_norms': {'w': jnp.float32(1.0),
+                                    'b': jnp.float32(2.0)}})
+      summaries = base_layer.all_global_summaries()
+    values = {k.rsplit('_', 1)[0] if k.endswith('_scalar') else k: float(v)
+              for k, v in summaries.items()}
+    self.assertEqual(values, {
+        'dp_metrics/frac_clipped': 0.25,
+        'dp_metrics/mean_per_core_grad_norm': 3.0,
+        'dp_metrics/mean_layer_grad_norms/w': 1.0,
+        'dp_metrics/mean_layer_grad_norms/b': 2.0})
+
+
 if __name__ == '__main__':
   absltest.main()
