@@ -88,8 +88,8 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   job_log_dir = pathlib.Path(options.job_log_dir)
   job_log_dir.mkdir(parents=True, exist_ok=True)
   train.write_hparams_file(configs, job_log_dir, filename_prefix=prefix)
-  # The full state is restored (optimizer state included): simple and exact;
-  # a partial restore would save memory for very large models.
+  # Only the step and model variables are restored, as in Pax: less memory,
+  # and checkpoints of another optimizer (the real Pax's) still evaluate.
   task, partitioner = train.setup_run(configs, options)
   keys = jax.random.split(jax.random.PRNGKey(task.train.random_seed), 2)
   ckpt_dir = pathlib.Path(options.restore_checkpoint_dir or
@@ -111,7 +111,8 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
       time.sleep(_POLL_SECONDS)
       continue
     state, _ = checkpointer.restore(
-        step, abstract_state=executors.abstract_train_state(partitioner))
+        step, abstract_state=executors.abstract_train_state(
+            partitioner, discard_opt_states=True))
     run_eval_programs(eval_programs=[
         p for p in progs if isinstance(p, programs.BaseEvalProgram)],
                       train_state=state, step=step)
