@@ -1,6 +1,6 @@
 """Differentially private stochastic gradients (DP-SGD), behind `paxml.sgf`.
 
-Public names (re-exported by `sgf`): DPGradAuxInfo, DpSgdStochasticGradient,
+Public names (re-exported by `paxml.sgf`): DPGradAuxInfo, DpSgdStochasticGradient,
 MicrobatchDpSgdStochasticGradient, AugMulDpSgdStochasticGradient,
 PerLayerDpSgdStochasticGradient, GhostClippingDpSgdStochasticGradient,
 PercoreClippedDpSgdGradient.
@@ -20,13 +20,13 @@ over the examples.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from flax import struct
 import jax
 import jax.numpy as jnp
 import optax
-from paxml import sgf
+from paxml import _sgf_base
 from paxml.ghostnorm import base as ghostnorm_base
 from praxis import base_layer
 from praxis import pytypes
@@ -36,7 +36,7 @@ PARAMS = base_layer.PARAMS
 
 
 @struct.dataclass
-class DPGradAuxInfo(sgf.GradAuxInfo):
+class DPGradAuxInfo(_sgf_base.GradAuxInfo):
   """`GradAuxInfo` plus DP statistics (`frac_clipped`, ...) in `dp_aux_info`."""
 
   dp_aux_info: Any = None
@@ -70,7 +70,7 @@ def _check_positive_clip(sg: Any) -> None:
     )
 
 
-class DpSgdStochasticGradient(sgf.BaseStochasticGradient):
+class DpSgdStochasticGradient(_sgf_base.BaseStochasticGradient):
   """DP-SGD: clip each example's gradient, average, add Gaussian noise.
 
   Attributes:
@@ -284,7 +284,7 @@ class GhostClippingDpSgdStochasticGradient(DpSgdStochasticGradient):
     return (loss, aux), grads
 
 
-class PercoreClippedDpSgdGradient(sgf.BaseStochasticGradient):
+class PercoreClippedDpSgdGradient(_sgf_base.BaseStochasticGradient):
   """Clips the batch's mean gradient as a whole, then adds noise.
 
   Pax clips each core's mean gradient under pmap. This project runs every

@@ -1,5 +1,7 @@
 """Stochastic gradient functions, DP-SGD included, against numpy."""
 
+import pickle
+
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
@@ -142,6 +144,14 @@ class GhostClippingTest(absltest.TestCase):
                                rtol=1e-5, atol=1e-7)
     self.assertAlmostEqual(float(ghost_aux.dp_aux_info['frac_clipped']),
                            float(dp_aux.dp_aux_info['frac_clipped']))
+
+
+class NamesTest(absltest.TestCase):
+
+  def test_classes_are_shown_and_pickled_under_paxml_sgf(self):
+    sg = sgf.DpSgdStochasticGradient(l2_norm_clip=1.0)
+    self.assertEqual(type(sg).__module__, 'paxml.sgf')
+    self.assertEqual(pickle.loads(pickle.dumps(sg)).l2_norm_clip, 1.0)
 
 
 class PercoreTest(absltest.TestCase):
