@@ -1159,3 +1159,10 @@ create_relative_positional_embedding = (
     _attention_xl.create_relative_positional_embedding)
 DotProductAttentionXL = _attention_xl.DotProductAttentionXL
 LocalSelfAttentionXL = _attention_xl.LocalSelfAttentionXL
+
+# Shown (repr, model_params.txt, pickles) under this module, as in Pax.
+for _cls in (LocalSelfAttention, LocalSelfAttentionRelativeBias,
+             LocalSelfAttentionAlibi, DotProductAttentionXL,
+             LocalSelfAttentionXL):
+  _cls.__module__ = __name__
+del _cls
