@@ -29,6 +29,8 @@ from praxis.layers import sequential
 from praxis.layers import stochastics
 from praxis.layers import transformer_models
 from praxis.layers import transformers
+from praxis.layers import vanillanets
+from praxis.layers import vits
 
 BaseActivation = activations.BaseActivation
 CubedReLU = activations.CubedReLU
@@ -142,3 +144,10 @@ StackedTransformerRepeated = transformers.StackedTransformerRepeated
 Transformer = transformers.Transformer
 TransformerFeedForward = transformers.TransformerFeedForward
 TransformerFeedForwardMoe = transformers.TransformerFeedForwardMoe
+
+VanillaBlock = vanillanets.VanillaBlock
+VanillaNet = vanillanets.VanillaNet
+
+VisionTransformer = vits.VisionTransformer
+VitEntryLayers = vits.VitEntryLayers
+VitExitLayers = vits.VitExitLayers
