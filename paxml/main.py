@@ -40,7 +40,11 @@ from paxml import train
 from praxis import base_hyperparams
 from praxis import pax_fiddle
 
-_EXP = flags.DEFINE_string('exp', None, 'The experiment to run.')
+# paxml.tools define the same flag; whichever module is imported first does.
+if 'exp' in flags.FLAGS:
+  _EXP = flags.FlagHolder(flags.FLAGS, flags.FLAGS['exp'])
+else:
+  _EXP = flags.DEFINE_string('exp', None, 'The experiment to run.')
 _JOB_LOG_DIR = flags.DEFINE_string(
     'job_log_dir', None, 'Where checkpoints, summaries and logs go.')
 _MODES = ['train', 'eval', 'decode', 'decode_once']

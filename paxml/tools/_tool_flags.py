@@ -11,7 +11,11 @@ from fiddle import absl_flags
 from paxml import experiment_registry
 from praxis import pax_fiddle
 
-EXP = flags.DEFINE_string('exp', None, 'A registered experiment name.')
+# paxml.main defines the same flag; whichever module is imported first does.
+if 'exp' in flags.FLAGS:
+  EXP = flags.FlagHolder(flags.FLAGS, flags.FLAGS['exp'])
+else:
+  EXP = flags.DEFINE_string('exp', None, 'A registered experiment name.')
 
 
 def experiment() -> Any:
