@@ -7,8 +7,10 @@ OURS.json this project's run of `../shared/conformance/run_upstream.py` over
 the files that need no TensorFlow, and OURS_TF.json (optional) its run, in a
 venv with tensorflow-cpu added, over the files that import TensorFlow as a
 test helper. Files are grouped by whether the project has every praxis/paxml
-module that the test file imports (read from the fetched upstream snapshots,
-the nearest `.mirror` folder, as run_upstream.py finds them).
+module that the test file imports (`*`: not), and apart, those that compare
+with Lingvo's layers or need SeqIO/TFDS (`†`), which cannot run here. The
+sources are read from the fetched upstream snapshots (the nearest `.mirror`
+folder, as run_upstream.py finds them).
 """
 
 import json
@@ -36,10 +38,23 @@ def _exists(dotted: str) -> bool:
   return os.path.exists(path + '.py') or os.path.isdir(path)
 
 
-def _has_modules(test_file: str) -> bool:
+def _source(test_file: str) -> str:
   repo = os.path.join(_mirror(), 'google+' + test_file.split('/')[0], 'repo')
-  src = subprocess.run(['git', '-C', repo, 'show', f'HEAD:{test_file}'],
-                       capture_output=True, text=True, check=True).stdout
+  return subprocess.run(['git', '-C', repo, 'show', f'HEAD:{test_file}'],
+                        capture_output=True, text=True, check=True).stdout
+
+
+def _group(test_file: str) -> str:
+  """Which group of the table a test file belongs to."""
+  src = _source(test_file)
+  if re.search(r'^\s*from lingvo\.core import (?!nested_map\b)', src, re.M):
+    return 'Lingvo comparison (cannot run here)'
+  if re.search(r'^\s*(import|from) (seqio|tensorflow_datasets)\b', src, re.M):
+    return 'needs SeqIO or TFDS (not installed)'
+  return 'modules here' if _has_modules(src) else 'a module missing'
+
+
+def _has_modules(src: str) -> bool:
   for package, name, plain in _IMPORT.findall(src):
     if plain and not _exists(plain):
       return False
@@ -73,14 +88,15 @@ def main(ref_path, ours_path, tf_path=None):
   for f in sorted(ref):
     if not ref[f]['passed'] or f not in ours:
       continue
-    group = 'modules here' if _has_modules(f) else 'a module missing'
+    group = _group(f)
     r, o = ref[f]['passed'], min(ours[f]['passed'], ref[f]['passed'])
     t = totals.setdefault(group, [0, 0, 0])
     t[0] += 1
     t[1] += r
     t[2] += o
     tf = ' (TF helper)' if ref[f].get('needs_tf') else ''
-    print(f'| `{f}`{tf}{"" if group == "modules here" else " *"} | {r} | '
+    mark = {'modules here': '', 'a module missing': ' *'}.get(group, ' †')
+    print(f'| `{f}`{tf}{mark} | {r} | '
           f'{ours[f]["passed"]} |')
   print()
   for group, (n, r, o) in sorted(totals.items()):
