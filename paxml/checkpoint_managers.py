@@ -286,6 +286,12 @@ class OrbaxCheckpointManager:
     return checkpoint_paths.make_checkpoint_step_dir(
         self.directory, step, self._checkpoint_type)
 
+  def should_save(self, step: int, force: bool | None = False) -> bool:
+    """Whether `save(step)` would write (cheap: checked before any work)."""
+    if int(step) in self._manager.all_steps():
+      return False
+    return bool(force) or self._manager.should_save(int(step))
+
   def save(
       self,
       step: int,
@@ -312,7 +318,7 @@ class OrbaxCheckpointManager:
     if aux_items:
       raise ValueError(f'aux_items are not supported, got {sorted(aux_items)}.')
     step = int(step)
-    if step in self._manager.all_steps():
+    if not self.should_save(step, force):
       return False
     metadata = checkpoint_metadata.make_metadata(
         self._version, train_state, train_state_unpadded_shape_dtype_struct)

@@ -399,13 +399,18 @@ class Checkpointer:
     Args:
       step: The step the state belongs to.
       train_state: The `TrainState` (any pytree of `jax.Array`s).
-      input_state: This process's input iterator state, if it has one.
+      input_state: This process's input iterator state, if it has one (or a
+        function giving it, called only when a save is due).
       force: Save even if the interval says no (never twice the same step).
 
     Returns:
       Whether a save was started.
     """
     force = force or preemption_requested()
+    if not self._manager.should_save(int(step), force):
+      return False
+    if callable(input_state):
+      input_state = input_state()
     return self._manager.save(int(step), train_state,
                               train_input_pipeline=input_state, force=force)
 

@@ -173,7 +173,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
 
   def _save(self, step: int, state: Any, force: bool = False) -> None:
     if self._checkpointer is not None:
-      self._checkpointer.save(step, state, self._input_state(), force=force)
+      self._checkpointer.save(step, state, self._input_state, force=force)
 
   def _due(self, interval: int | None, step: int, start: int = 0) -> bool:
     last = step == self._train_program.num_train_steps
