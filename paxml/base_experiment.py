@@ -23,6 +23,7 @@ The runner writes the resolved configs to `<job_log_dir>/model_params.txt`.
 from __future__ import annotations
 
 import abc
+import sys
 from typing import Any
 
 from praxis import base_input
@@ -31,6 +32,15 @@ from praxis import pax_fiddle
 
 class BaseExperiment(metaclass=abc.ABCMeta):
   """The interface `paxml.main` runs (see the module docstring)."""
+
+  def __init_subclass__(cls, **kwargs: Any) -> None:
+    super().__init_subclass__(**kwargs)
+    # Class attributes such as `pg.oneof(...)` become search decision points
+    # (as in Pax); a class body that uses them has imported pyglove, so
+    # experiments without them never import it.
+    if 'pyglove' in sys.modules:
+      from paxml import automl_interfaces  # pylint: disable=g-import-not-at-top
+      automl_interfaces.enable_class_level_hyper_primitives(cls)
 
   @abc.abstractmethod
   def datasets(self) -> list[pax_fiddle.Config[base_input.BaseInput]]:
