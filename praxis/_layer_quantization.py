@@ -91,11 +91,12 @@ def get_sparse_weight(layer: Any, name: str) -> tuple[Any, Any]:
   return layer.theta[name], layer.get_var(name + SPARSITY_NAME_POSTFIX)
 
 
-def _weight_partition_spec(
+def weight_partition_spec(
     hparams: _weights.WeightHParams | None,
     value: Any,
     mesh_axis_names: Sequence[str] | None,
 ) -> Any:
+  """`BoxedPartitionSpec` of a declared (else replicated) variable."""
   # pylint: disable-next=g-import-not-at-top
   from praxis import base_layer
   shape = hparams.shape if hparams is not None else value.shape
@@ -139,7 +140,7 @@ def quantize_tree(layer: Any, return_pspec: bool) -> dict[str, Any]:
         continue
       value = meta.unbox(value)
       if return_pspec:
-        value = _weight_partition_spec(
+        value = weight_partition_spec(
             declared.get(name), value, layer.mesh_axis_names
         )
       result.setdefault(target, {})[name] = value

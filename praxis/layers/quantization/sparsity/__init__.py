@@ -1,0 +1,1 @@
+"""Sparsity (N:M structured and unstructured pruning) of Pax layers."""
