@@ -32,6 +32,7 @@ from absl import flags
 from absl import logging
 from fiddle import absl_flags
 import jax
+from paxml import _study_main
 from paxml import eval_lib
 from paxml import executors
 from paxml import experiment_registry
@@ -116,15 +117,24 @@ flags.DEFINE_bool(
     'Pax: also write decode outputs as .pickle (here: JSON lines only).')
 flags.DEFINE_bool('enable_auto_sharding', False,
                   "XLA's auto-SPMD partitioner (not supported).")
-# Tuning (pyglove studies are not supported; the rest matter only with one).
-flags.DEFINE_string('study', None, 'Tuning study name (not supported).')
+# Tuning: an experiment whose configs have PyGlove decision points is tuned
+# (paxml.tuning_lib), one training per trial; these flags shape the study.
+flags.DEFINE_string(
+    'study', None,
+    'Tuning study name (names starting with "local" register the study with '
+    "PyGlove's local backend); results in <job_log_dir>/<study>_summary.json.")
 flags.DEFINE_enum('controller_mode', 'auto', ['primary', 'secondary', 'auto'],
-                  'Tuning controller role (only with --study).')
-flags.DEFINE_string('tuner_group', None, 'Tuner group (only with --study).')
-flags.DEFINE_enum('metrics_from', 'eval', ['train', 'eval', 'decode'],
-                  'Which job reports tuning metrics (only with --study).')
-flags.DEFINE_integer('num_trials', None, 'Max trials (only with --study).')
-flags.DEFINE_integer('pythia_port', None, 'Pythia port (only with --study).')
+                  'Tuning controller role (primary needs a Vizier service).')
+flags.DEFINE_string('tuner_group', None,
+                    'Jobs of one tuner group work on the same trial.')
+flags.DEFINE_enum(
+    'metrics_from', 'eval', ['train', 'eval', 'decode'],
+    'Which job reports the tuning metrics; a train job that evaluates '
+    '(--eval_on_test, on by default in a study) reports eval metrics.')
+flags.DEFINE_integer('num_trials', None,
+                     'Most trials of the study (default: search().'
+                     'max_num_trials).')
+flags.DEFINE_integer('pythia_port', None, 'Pythia port (unused).')
 # Pax's Fiddle flag: --fdl=config:F, --fdl=set:PATH=VALUE, --fdl=fiddler:F.
 # The legacy forms (--fdl_config, --fdl_config_file, --fdl_set, --fdl.X=V,
 # --fiddler) are defined by `fiddle.absl_flags`.
@@ -137,7 +147,6 @@ _FDL = flags.DEFINE_multi_string(
 _UNSUPPORTED = {
     'mode': (set(_MODES), 'only train, eval, decode and decode_once run here'),
     'enable_auto_sharding': ({False}, "XLA's auto-sharding is not wired in"),
-    'study': ({None}, 'pyglove tuning studies are not supported'),
     'checkpoint_todelete_subdir': (
         {None}, 'old checkpoints are deleted by Orbax, never renamed'),
     'async_timeout_secs': ({600}, "Orbax's save timeout is not configurable "
@@ -280,15 +289,12 @@ def run_experiment(experiment_config: Any, work_unit: Any = None,
     experiment_config: A BaseExperiment instance, or ExperimentConfigs.
     work_unit: Unused (Pax reports status to an XManager work unit).
     job_log_dir: Where the run writes (default: --job_log_dir).
-    early_stopping_fn: Must be None: early stopping is not supported.
+    early_stopping_fn: Called by training after each eval/decode (a tuning
+      trial's `tuning_lib.EarlyStoppingFn`); True stops it. Eval and decode
+      jobs do not call it.
     enable_checkpoint_saving: Write checkpoints.
-
-  Raises:
-    ValueError: for an early_stopping_fn.
   """
   del work_unit
-  if early_stopping_fn is not None:
-    raise ValueError('run_experiment: early_stopping_fn is not supported.')
   if isinstance(experiment_config, train.ExperimentConfigs):
     configs = experiment_config
   else:
@@ -300,7 +306,8 @@ def run_experiment(experiment_config: Any, work_unit: Any = None,
                          '--mode=decode_once.')
   for step in steps:
     _run_mode(configs, _run_options(step, job_log_dir,
-                                    enable_checkpoint_saving))
+                                    enable_checkpoint_saving),
+              early_stopping_fn)
 
 
 def run(experiment_config: Any, enable_checkpoint_saving: bool = True) -> None:
@@ -318,19 +325,50 @@ def _main(argv: Sequence[str]) -> None:
   _check_flags()
   _setup_jax()
   try:
-    configs = _load_configs()
+    experiment, name = _experiment_and_name()
+    experiment.validate()
+    tuning = _study_main.has_search_space(experiment)
+    configs = None if tuning else _configs_of(experiment, name)
   except ValueError as e:
     _exit_with_error(e)
   try:
-    run_experiment(configs, enable_checkpoint_saving=_SAVE.value)
+    if tuning:
+      _run_study(experiment)
+    else:
+      run_experiment(configs, enable_checkpoint_saving=_SAVE.value)
   except base_hyperparams.ConfigError as e:  # E.g. an input's file_pattern.
     _exit_with_error(e)
 
 
+def _run_study(experiment: Any) -> None:
+  """Tunes an experiment with decision points: one training per trial."""
+  flag = flags.FLAGS
+  if (_MODE.value == 'train' and flag.metrics_from == 'eval'
+      and not _EVAL_ON_TEST.value):
+    logging.info('Tuning on eval metrics: the train job evaluates '
+                 '(--eval_on_test).')
+    flag.eval_on_test = True
+  if not _SAVE.value:
+    logging.warning('--enable_checkpoint_saving=false is ignored in a study.')
+
+  def trial(trial_experiment, work_unit, trial_dir, early_stopping_fn):
+    run_experiment(trial_experiment, work_unit, trial_dir, early_stopping_fn)
+
+  _study_main.run_study(
+      experiment, trial, job_log_dir=_JOB_LOG_DIR.value, study=flag.study,
+      num_trials=flag.num_trials, tuner_group=flag.tuner_group,
+      controller_mode=flag.controller_mode, mode=_MODE.value,
+      reports=_study_main.reporting_role(
+          _MODE.value, flag.metrics_from, _EVAL_ON_TEST.value,
+          _DECODE_DURING_TRAIN.value))
+
+
 def _run_mode(configs: train.ExperimentConfigs,
-              options: executors.RunOptions) -> None:
+              options: executors.RunOptions,
+              early_stopping_fn: Any = None) -> None:
   if options.mode == 'train':
-    train.train_and_evaluate(configs, options)
+    train.train_and_evaluate(configs, options,
+                             early_stopping_fn=early_stopping_fn)
   elif options.mode == 'eval':
     eval_lib.evaluate(configs, options)
   else:

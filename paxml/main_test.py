@@ -234,8 +234,11 @@ class FlagsTest(absltest.TestCase):
     self.assertEqual(str(options.job_log_dir), '/tmp/h5_job')
     self.assertFalse(options.enable_checkpoint_saving)
     self.assertTrue(decode.call_args.kwargs['once'])
-    with self.assertRaisesRegex(ValueError, 'early_stopping_fn'):
+    # Training hands a tuning trial's early_stopping_fn to the loop.
+    with flagsaver.flagsaver(mode='train', exp=_EXP), \
+        mock.patch.object(main.train, 'train_and_evaluate') as train_fn:
       main.run_experiment(exp, None, '/tmp/h5_job', early_stopping_fn=min)
+    self.assertIs(train_fn.call_args.kwargs['early_stopping_fn'], min)
 
   def test_create_experiment_config_validates(self):
     with flagsaver.flagsaver(exp=_EXP), mock.patch.object(
@@ -245,14 +248,14 @@ class FlagsTest(absltest.TestCase):
     validate.assert_called_once()
 
   def test_flags_that_cannot_be_honoured_are_refused(self):
-    for name, value in (('enable_auto_sharding', True), ('study', 's'),
-                        ('mode', 'infer'), ('async_timeout_secs', 5),
+    for name, value in (('enable_auto_sharding', True), ('mode', 'infer'), ('async_timeout_secs', 5),
                         ('checkpoint_todelete_subdir', 'old')):
       with flagsaver.flagsaver(**{name: value}):
         with self.assertRaisesRegex(app.UsageError,
                                     f'--{name}={value} is not supported'):
           main._check_flags()
-    with flagsaver.flagsaver(num_trials=3, enforce_restore_shape_check=True,
+    with flagsaver.flagsaver(study='s', num_trials=3,
+                             enforce_restore_shape_check=True,
                              tensorstore_use_ocdbt=True):
       main._check_flags()  # Accepted: honoured, or meaningful only in a study.
 
