@@ -479,6 +479,8 @@ class SingleTask(base_task.BaseTask):
       external_checkpoint_handler: Handler reading it.
       report_progress_hook: Report progress to an external hook.
       gc_interval_steps: Steps between Python garbage collections (0: off).
+      max_consecutive_nonfinite_steps: Stop training after this many
+        consecutive steps with a non-finite loss (0: never stop). Not in Pax.
     """
 
     learner: pax_fiddle.Config[learners_lib.Learner] = (
@@ -520,6 +522,7 @@ class SingleTask(base_task.BaseTask):
     external_checkpoint_handler: Any = None
     report_progress_hook: bool = False
     gc_interval_steps: int = 0
+    max_consecutive_nonfinite_steps: int = 3
 
   @dataclasses.dataclass(frozen=True)
   class Decode:
