@@ -13,21 +13,19 @@ Example (int8 weight-only, from trained float weights):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import fiddle as fdl
 from jax import numpy as jnp
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import pytypes
 from praxis.layers import linears
 from praxis.layers import normalizations
+from praxis.layers.quantization import _lora
 from praxis.layers.quantization import _materialize
 from praxis.layers.quantization import operations
 from praxis.layers.quantization import quantization_hparams
 from praxis.layers.quantization import quantizer
-from praxis.layers.quantization import utils
 from praxis.layers.quantization.sparsity import sparsifier
 
 QuantizationMode = quantization_hparams.QuantizationMode
@@ -204,62 +202,13 @@ class LinearLoRA(Linear):
   norm_tpl: LayerTpl = template_field(normalizations.LayerNorm)
   norm_order: str | None = None
 
-  def _lora_inits(self) -> tuple[WeightInit, WeightInit]:
-    if self.init_method == 'one_zero':
-      return WeightInit.Gaussian(1.0), WeightInit.Constant(0.0)
-    if self.init_method == 'output_dim':
-      left = 1.0 / math.sqrt(self.lora_rank)
-      # Pax draws w_right with w_left's scale.
-      return WeightInit.Gaussian(left), WeightInit.Gaussian(left)
-    raise ValueError(
-        f'{type(self).__name__}.init_method must be one_zero or output_dim, '
-        f'got {self.init_method!r}.'
-    )
-
-  def _setup_norm(self) -> None:
-    norm_tpl = self.norm_tpl.clone()
-    allowed = (normalizations.BatchNorm, normalizations.GroupNorm,
-               normalizations.LayerNorm)
-    if fdl.get_callable(norm_tpl) not in allowed:
-      raise NotImplementedError(
-          f'{fdl.get_callable(norm_tpl)} is not supported as norm_tpl.'
-      )
-    dims = {'pre': self.input_dims, 'mid': self.lora_rank,
-            'post': self.output_dims}
-    if self.norm_order not in dims:
-      raise ValueError(f'Unrecognized norm_order: {self.norm_order}')
-    norm_tpl.dim = dims[self.norm_order]
-    self.create_child('norm', norm_tpl)
-
   def setup(self) -> None:
     super().setup()
-    left_init, right_init = self._lora_inits()
-    (self.eqn_left, self.eqn_right, left_shape, right_shape, left_ind,
-     right_ind) = utils.get_lora_shape_and_eqn(
-         [self.input_dims, self.output_dims], self.lora_rank, _EQN)
-    wt = self.weight_split_dims_mapping.wt
-    self.create_variable('w_left', WeightHParams(
-        shape=left_shape, mesh_shape=self.mesh_shape, init=left_init,
-        tensor_split_dims_mapping=utils.get_left_weight_split_dims_mapping(
-            wt, left_ind)))
-    self.create_variable('w_right', WeightHParams(
-        shape=right_shape, mesh_shape=self.mesh_shape, init=right_init,
-        tensor_split_dims_mapping=utils.get_right_weight_split_dims_mapping(
-            wt, right_ind)))
-    if self.norm_order is not None:
-      self._setup_norm()
+    _lora.setup_lora(self, [self.input_dims, self.output_dims], _EQN,
+                     self.lora_rank, self.input_dims, self.output_dims)
 
   def __call__(self, inputs: JTensor) -> JTensor:
-    out = super().__call__(inputs)
-    if self.lora_rank:
-      lora = self.norm(inputs) if self.norm_order == 'pre' else inputs
-      lora = jnp.einsum(self.eqn_left, lora, self.theta.w_left)
-      if self.norm_order == 'mid':
-        lora = self.norm(lora)
-      lora = jnp.einsum(self.eqn_right, lora, self.theta.w_right)
-      if self.norm_order == 'post':
-        lora = self.norm(lora)
-      out = out + lora
+    out = super().__call__(inputs) + _lora.lora_output(self, inputs)
     ap_out = self.activation_split_dims_mapping.out
     if ap_out is not None and len(ap_out) == 3 and out.ndim == 2:
       ap_out = [ap_out[0], ap_out[2]]
