@@ -91,6 +91,19 @@ def get_sparse_weight(layer: Any, name: str) -> tuple[Any, Any]:
   return layer.theta[name], layer.get_var(name + SPARSITY_NAME_POSTFIX)
 
 
+def mapping_partition_spec(
+    mapping: Sequence[Any] | None, ndim: int, mesh_axis_names: Sequence[str] | None
+) -> Any:
+  """`BoxedPartitionSpec` of a split-dims mapping (None: `ndim` unsplit dims)."""
+  # pylint: disable-next=g-import-not-at-top
+  from praxis import base_layer
+  if mapping is None:
+    mapping = [None] * ndim
+  return base_layer.BoxedPartitionSpec(
+      meta=_weights.to_partition_spec(mapping, mesh_axis_names or ())
+  )
+
+
 def weight_partition_spec(
     hparams: _weights.WeightHParams | None,
     value: Any,

@@ -96,13 +96,22 @@ def pspec(layer: Any, hparams: base_layer.WeightHParams) -> Any:
 def named_pspecs(
     layer: Any,
     name: str,
-    weight_hparams: base_layer.WeightHParams,
-    scale_hparams: base_layer.WeightHParams,
+    weight_mapping: Any,
+    scale_mapping: Any,
+    weight_ndim: int = 0,
+    scale_ndim: int = 0,
 ) -> dict[str, Any]:
-  """Partition specs of `named(...)`'s entries."""
+  """Partition specs of `named(...)`'s entries, from split-dims mappings
+  (None: replicated over `*_ndim` dims)."""
   q = require_quantization(layer, 'quantized_partition_specs')
-  scale = pspec(layer, scale_hparams)
-  out = {name: pspec(layer, weight_hparams), name + SCALE: scale}
+  names = layer.mesh_axis_names
+  scale = _layer_quantization.mapping_partition_spec(
+      scale_mapping, scale_ndim, names)
+  out = {
+      name: _layer_quantization.mapping_partition_spec(
+          weight_mapping, weight_ndim, names),
+      name + SCALE: scale,
+  }
   if not q.weight_params.use_symmetric:
     out[name + ZP] = copy.deepcopy(scale)
   return out

@@ -147,10 +147,8 @@ class AttentionProjection(
     else:
       scale_mapping = [wt[1], wt[2]]
     specs = _materialize.named_pspecs(
-        self, 'w',
-        WeightHParams(shape=(), tensor_split_dims_mapping=self.wt),
-        WeightHParams(shape=(), tensor_split_dims_mapping=scale_mapping),
-    )
+        self, 'w', self.wt, scale_mapping,
+        len(self._get_weight_scale_shape(0, False)[0]))
     if self.use_bias:
       specs['b'] = _materialize.pspec(self, self._weight_hparams()['b'])
     return {base_layer.PARAMS: specs}
@@ -312,10 +310,10 @@ class CombinedQKVProjectionLayer(
     if wt is not None:
       scale_mapping = ([None, wt[1]] if self.attention_combine_dims
                        else [None, wt[1], wt[2]])
+    w_hp = self._weight_hparams()['w']
     specs = _materialize.named_pspecs(
-        self, 'w', self._weight_hparams()['w'],
-        WeightHParams(shape=(), tensor_split_dims_mapping=scale_mapping),
-    )
+        self, 'w', w_hp.tensor_split_dims_mapping, scale_mapping,
+        len(w_hp.shape))
     if self.use_bias:
       specs['b'] = _materialize.pspec(self, self._weight_hparams()['b'])
     return {base_layer.PARAMS: specs}

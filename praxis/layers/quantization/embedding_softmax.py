@@ -79,11 +79,7 @@ def _create_weight_quantizer(layer: Any) -> None:
 
 
 def _row_pspecs(layer: Any, name: str, w_mapping, scale_mapping) -> dict:
-  return _materialize.named_pspecs(
-      layer, name,
-      WeightHParams(shape=(), tensor_split_dims_mapping=w_mapping),
-      WeightHParams(shape=(), tensor_split_dims_mapping=scale_mapping),
-  )
+  return _materialize.named_pspecs(layer, name, w_mapping, scale_mapping, 2)
 
 
 class Embedding(embedding_softmax.Embedding, quantizer.QuantizationLayer):

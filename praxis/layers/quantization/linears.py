@@ -168,7 +168,10 @@ class Linear(
     """Partition specs of `quantize_weight`'s output."""
     block = self._block_size()
     weight_hp, scale_hp = self._get_weight_hparams(block > 0)
-    specs = _materialize.named_pspecs(self, 'w', weight_hp, scale_hp)
+    specs = _materialize.named_pspecs(
+        self, 'w', weight_hp.tensor_split_dims_mapping,
+        scale_hp.tensor_split_dims_mapping, len(weight_hp.shape),
+        0 if block == 0 else len(scale_hp.shape))
     return {base_layer.PARAMS: specs}
 
   def quantize_weight(self) -> NestedJTensor:
