@@ -17,6 +17,7 @@ from etils import epath
 import flax.serialization
 import jax
 import numpy as np
+from paxml import _checkpoint_safety
 from praxis import py_utils
 
 FILE_NAME = 'checkpoint'
@@ -72,8 +73,9 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
     target = flax.serialization.msgpack_restore(path.read_bytes())
     stored = list(target['flattened_state'])
   except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f'Checkpoint file {path} is not a Pax Flax checkpoint '
-                     f'(truncated or another format): {e}') from e
+    raise _checkpoint_safety.CheckpointDamagedError(
+        path, f'not a Pax Flax checkpoint (truncated or another format): '
+        f'{e}') from e
   wanted = jax.tree_util.tree_flatten_with_path(
       abstract_state, is_leaf=py_utils.is_bprop_masked_node)[0]
   if not strict and len(stored) > len(wanted):

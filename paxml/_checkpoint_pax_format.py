@@ -21,6 +21,7 @@ from typing import Any
 from etils import epath
 import jax
 import numpy as np
+from paxml import _checkpoint_safety
 from praxis import py_utils
 import tensorstore as ts
 
@@ -87,8 +88,8 @@ def _open(state_dir: epath.Path, name: str, ocdbt: bool) -> ts.TensorStore:
   try:
     return ts.open(_spec(state_dir, name, ocdbt), open=True).result()
   except ValueError as e:
-    raise ValueError(
-        f'Checkpoint {state_dir}: cannot read variable {name!r}: {e}') from e
+    raise _checkpoint_safety.CheckpointDamagedError(
+        state_dir / name, f'cannot read variable {name!r}: {e}') from e
 
 
 def _stored_names(state_dir: epath.Path, ocdbt: bool) -> set[str]:
@@ -105,11 +106,17 @@ def _shape(leaf: Any) -> tuple[int, ...]:
   return tuple(np.shape(leaf))
 
 
-def _to_array(store: ts.TensorStore, want: Any) -> jax.Array:
+def _to_array(store: ts.TensorStore, want: Any, path: Any) -> jax.Array:
   dtype = np.dtype(getattr(want, 'dtype', store.dtype.numpy_dtype))
 
   def read(index):
-    return np.asarray(store[index].read().result()).astype(dtype)
+    try:
+      return np.asarray(store[index].read().result()).astype(dtype)
+    except Exception as e:  # pylint: disable=broad-except
+      # TensorStore's DATA_LOSS, OUT_OF_RANGE (truncated or garbled chunks).
+      raise _checkpoint_safety.CheckpointDamagedError(
+          path, f'array data unreadable ({type(e).__name__}: '
+          f'{str(e).splitlines()[0] if str(e) else e!r})') from e
 
   sharding = getattr(want, 'sharding', None)
   if sharding is None:
@@ -155,7 +162,7 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
   if errors:
     raise ValueError(f'Checkpoint {state_dir} does not fit the model: '
                      + '; '.join(errors) + '.')
-  arrays = iter(_to_array(stores[n], w) for n, w in wanted)
+  arrays = iter(_to_array(stores[n], w, state_dir / n) for n, w in wanted)
   return jax.tree.map(
       lambda x: x if py_utils.is_optax_masked_node(x) else next(arrays),
       abstract_state, is_leaf=py_utils.is_optax_masked_node)

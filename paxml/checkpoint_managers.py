@@ -29,6 +29,7 @@ from etils import epath
 import jax
 import orbax.checkpoint as ocp
 from paxml import _checkpoint_flax_format as flax_format
+from paxml import _checkpoint_safety
 from paxml import _checkpoint_pax_format as pax_format
 from paxml import checkpoint_metadata
 from paxml import checkpoint_paths
@@ -146,7 +147,8 @@ class _InputStateHandler(ocp.CheckpointHandler):
   """Writes each process's input iterator state (bytes) to its own file."""
 
   def save(self, directory: epath.Path, args: _InputStateSave) -> None:
-    _input_state_file(directory).write_bytes(args.state)
+    _checkpoint_safety.write_with_checksum(_input_state_file(directory),
+                                           args.state)
 
   def restore(self, directory: epath.Path,
               args: _InputStateRestore | None = None) -> bytes:
@@ -163,7 +165,7 @@ def read_input_state(directory: epath.PathLike) -> bytes:
     raise ValueError(
         f'No input state {path.name} in {directory} (found {found}): the '
         'checkpoint was written by a different number of processes.')
-  return path.read_bytes()
+  return _checkpoint_safety.read_with_checksum(path)
 
 
 @ocp.args.register_with_handler(_InputStateHandler, for_save=True)
@@ -268,6 +270,10 @@ class OrbaxCheckpointManager:
 
   def check_for_errors(self) -> None:
     self._manager.check_for_errors()
+
+  def reload(self) -> None:
+    """Re-reads the step directories on disk (after some were moved)."""
+    self._manager.reload()
 
   def wait_until_finished(self) -> None:
     self._manager.wait_until_finished()

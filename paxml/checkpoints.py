@@ -7,7 +7,9 @@ retrieve_latest_checkpoint_step_if_exists, retrieve_checkpoint_type,
 make_checkpoint_step_dir, get_step_from_checkpoint_asset,
 is_checkpoint_asset, TrainingCheckpointer, AsyncCheckpointer,
 get_checkpointer, reregister_type_handlers, install_sigterm_handler,
-preemption_requested, reached_preemption.
+uninstall_sigterm_handler, preemption_requested, reached_preemption,
+CheckpointDamagedError, CheckpointDirError, CheckpointNotFoundError,
+CheckpointSaveError.
 
 A checkpoint is `<job_log_dir>/checkpoints/checkpoint_<step:08d>/` as the
 real Pax 1.4 writes it (see checkpoint_managers.py): `state` (one zarr array
@@ -44,16 +46,14 @@ The runner's checkpointer:
 from __future__ import annotations
 
 import abc
-import signal
-import threading
 from typing import Any
 
-from absl import logging
 from etils import epath
 import jax
-from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
+from paxml import _checkpointer
+from paxml import _preemption
 from paxml import checkpoint_managers
 from paxml import checkpoint_paths
 from paxml import checkpoint_types
@@ -78,60 +78,15 @@ make_checkpoint_step_dir = checkpoint_paths.make_checkpoint_step_dir
 get_step_from_checkpoint_asset = checkpoint_paths.get_step_from_checkpoint_asset
 is_checkpoint_asset = checkpoint_paths.is_checkpoint_asset
 
-_sigterm_received = threading.Event()
-
-
-# -- Preemption --------------------------------------------------------------
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-  del signum, frame
-  logging.warning('SIGTERM received: a checkpoint will be saved at the next '
-                  'step, then the run stops.')
-  _sigterm_received.set()
-
-
-def install_sigterm_handler() -> bool:
-  """Makes SIGTERM request a final checkpoint instead of killing the process.
-
-  Only for single-process runs (call it from the main thread): with several
-  processes JAX's preemption service already watches SIGTERM and agrees on a
-  step with the other processes (see `reached_preemption`). Installing clears
-  an earlier request.
-
-  Returns:
-    Whether the handler was installed.
-  """
-  if jax.process_count() > 1:
-    return False
-  _sigterm_received.clear()
-  signal.signal(signal.SIGTERM, _on_sigterm)
-  return True
-
-
-def preemption_requested() -> bool:
-  """Whether this process has received SIGTERM since the handler was set."""
-  return _sigterm_received.is_set()
-
-
-def reached_preemption(step: int) -> bool:
-  """Whether to save a checkpoint at `step` and stop, because of preemption.
-
-  With several processes this is JAX's preemption sync point (every process
-  must call it at every step); with one process it is `preemption_requested`.
-
-  Args:
-    step: The current step.
-
-  Returns:
-    True at the step where the final checkpoint should be written.
-  """
-  if _sigterm_received.is_set():
-    return True
-  try:
-    return multihost_utils.reached_preemption_sync_point(step)
-  except RuntimeError:  # The preemption service is disabled.
-    return False
+install_sigterm_handler = _preemption.install_sigterm_handler
+uninstall_sigterm_handler = _preemption.uninstall_sigterm_handler
+preemption_requested = _preemption.preemption_requested
+reached_preemption = _preemption.reached_preemption
+Checkpointer = _checkpointer.Checkpointer
+CheckpointDamagedError = _checkpointer.CheckpointDamagedError
+CheckpointDirError = _checkpointer.CheckpointDirError
+CheckpointNotFoundError = _checkpointer.CheckpointNotFoundError
+CheckpointSaveError = _checkpointer.CheckpointSaveError
 
 
 AsyncCheckpointer = ocp.AsyncCheckpointer
@@ -326,137 +281,3 @@ class TrainingCheckpointer(metaclass=abc.ABCMeta):
   @abc.abstractmethod
   def reached_preemption(self, step: int) -> bool:
     """Whether to save at `step` and stop, because of preemption."""
-
-
-# -- The runner's checkpointer -------------------------------------------------
-
-
-def _check_abstract_state(abstract_state: Any) -> None:
-  leaves = jax.tree_util.tree_flatten_with_path(
-      abstract_state, is_leaf=py_utils.is_optax_masked_node)[0]
-  for path, leaf in leaves:
-    if py_utils.is_optax_masked_node(leaf):
-      continue
-    if getattr(leaf, 'sharding', None) is None:
-      raise ValueError(
-          f'abstract_state{jax.tree_util.keystr(path)} has no sharding: give '
-          'every leaf a jax.ShapeDtypeStruct with sharding=NamedSharding(...).')
-
-
-class Checkpointer:
-  """Saves and restores the train state under `<job_log_dir>/checkpoints`.
-
-  The runner's face of `checkpoint_managers.OrbaxCheckpointManager`: Pax
-  1.4's layout, so the real Pax resumes these checkpoints and this project
-  resumes the real Pax's. Every process must call `save` and `restore`.
-  """
-
-  def __init__(
-      self,
-      job_log_dir: epath.PathLike,
-      *,
-      save_interval_steps: int = 5000,
-      save_max_to_keep: int | None = 10,
-      enable_async_checkpointing: bool = True,
-      checkpoint_dir: epath.PathLike | None = None,
-      checkpoint_type: CheckpointType = CheckpointType.GDA,
-  ):
-    """Opens (creating if needed) the checkpoint directory.
-
-    Args:
-      job_log_dir: The run's directory; checkpoints go to its `checkpoints/`.
-      save_interval_steps: `save` writes when `step` is a multiple of this
-        (and always the first time, and on preemption).
-      save_max_to_keep: How many recent checkpoints to keep (None: all).
-      enable_async_checkpointing: Write in the background.
-      checkpoint_dir: Another directory to use instead (for instance
-        `--restore_checkpoint_dir` of an eval job).
-      checkpoint_type: GDA (Pax's SPMD models) or FLAX (its pmap models).
-    """
-    if save_interval_steps < 1:
-      raise ValueError(
-          f'save_interval_steps must be >= 1, got {save_interval_steps}.')
-    self._dir = epath.Path(
-        checkpoint_dir or checkpoint_paths.get_checkpoint_dir(job_log_dir))
-    self._manager = _manager(
-        self._dir, checkpoint_type, False,
-        save_interval_steps=save_interval_steps,
-        max_to_keep=save_max_to_keep,
-        enable_async_checkpointing=enable_async_checkpointing)
-
-  @property
-  def directory(self) -> epath.Path:
-    return self._dir
-
-  @property
-  def manager(self) -> checkpoint_managers.OrbaxCheckpointManager:
-    return self._manager
-
-  def save(self, step: int, train_state: Any, input_state: bytes | None = None,
-           force: bool = False) -> bool:
-    """Starts writing a checkpoint of `step` if one is due; returns at once.
-
-    Args:
-      step: The step the state belongs to.
-      train_state: The `TrainState` (any pytree of `jax.Array`s).
-      input_state: This process's input iterator state, if it has one (or a
-        function giving it, called only when a save is due).
-      force: Save even if the interval says no (never twice the same step).
-
-    Returns:
-      Whether a save was started.
-    """
-    force = force or preemption_requested()
-    if not self._manager.should_save(int(step), force):
-      return False
-    if callable(input_state):
-      input_state = input_state()
-    return self._manager.save(int(step), train_state,
-                              train_input_pipeline=input_state, force=force)
-
-  def restore(
-      self, step: int | None = None, *, abstract_state: Any
-  ) -> tuple[Any, bytes | None]:
-    """Reads a committed checkpoint onto the shardings of `abstract_state`.
-
-    Args:
-      step: The step to restore; None for the latest committed one.
-      abstract_state: The state's pytree of `jax.ShapeDtypeStruct`s, each with
-        its `sharding` (a `NamedSharding` on the target mesh).
-
-    Returns:
-      (train_state, input_state), input_state being None if the checkpoint
-      has none.
-
-    Raises:
-      FileNotFoundError: There is no such committed checkpoint.
-      ValueError: A variable's shape differs between checkpoint and model, or
-        a variable is only on one side.
-    """
-    if step is None:
-      step = self.latest_step()
-      if step is None:
-        raise FileNotFoundError(f'No committed checkpoint in {self._dir}.')
-    step_dir = self._manager.step_dir(step)
-    if not step_dir.is_dir() or checkpoint_paths.is_tmp_checkpoint_asset(
-        step_dir):
-      raise FileNotFoundError(f'No committed checkpoint {step_dir}.')
-    _check_abstract_state(abstract_state)
-    # A full state must match the checkpoint exactly (a resumed run with
-    # another optimizer fails here); without optimizer states (eval, decode)
-    # the checkpoint's are ignored.
-    strict = bool(jax.tree.leaves(abstract_state.opt_states))
-    return self._manager.restore(step, abstract_state,
-                                 train_input_pipeline=True, strict=strict)
-
-  def latest_step(self) -> int | None:
-    """The latest committed step on disk (writes in progress do not count)."""
-    return self._manager.latest_step()
-
-  def wait_until_finished(self) -> None:
-    """Blocks until every started save is committed (raises its errors)."""
-    self._manager.wait_until_finished()
-
-  def close(self) -> None:
-    """Waits for pending saves and releases Orbax's resources."""
-    self._manager.close()

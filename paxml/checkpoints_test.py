@@ -62,6 +62,10 @@ class CheckpointTest(test_utils.TestCase):
   def _shardings(self, mesh):
     return {k: NamedSharding(mesh, _SPECS.get(k, P())) for k in self.values}
 
+  def _at_step(self, step):
+    """States built from now on hold `step` (restores check it)."""
+    self.values['step'] = np.array(step, np.uint32)
+
   def _state(self, mesh):
     shardings = self._shardings(mesh)
     return _state_tree(
@@ -114,6 +118,7 @@ class CheckpointTest(test_utils.TestCase):
   @absltest.skipIf(jax.device_count() < 8, 'needs 8 devices')
   def test_restore_onto_other_meshes(self):
     ckpt = self._checkpointer(save_interval_steps=10)
+    self._at_step(10)
     self.assertTrue(ckpt.save(10, self._state(_mesh((2, 4)))))
     ckpt.wait_until_finished()
     step_dir = ckpt.directory / 'checkpoint_00000010'
@@ -144,6 +149,7 @@ class CheckpointTest(test_utils.TestCase):
 
   def test_async_save_returns_before_commit_and_copies_the_state(self):
     ckpt = self._checkpointer(save_interval_steps=1)
+    self._at_step(0)
     state = self._state(_mesh((2, 4)))
     big = np.arange(512 * 512, dtype=np.float32).reshape(512, 512)
     state = state.replace(extra_state=(jnp.asarray(big),))
@@ -181,6 +187,7 @@ class CheckpointTest(test_utils.TestCase):
 
   def test_half_written_checkpoint_is_ignored(self):
     ckpt = self._checkpointer(save_interval_steps=10)
+    self._at_step(10)
     ckpt.save(10, self._state(_mesh((2, 4))))
     ckpt.close()
     root = checkpoint_paths.get_checkpoint_dir(self.job_dir)
@@ -211,6 +218,7 @@ class CheckpointTest(test_utils.TestCase):
 
   def test_mismatches_are_named(self):
     ckpt = self._checkpointer()
+    self._at_step(0)
     ckpt.save(0, self._state(_mesh((2, 4))))
     ckpt.wait_until_finished()
     mesh = _mesh((1, 1))
@@ -235,6 +243,7 @@ class CheckpointTest(test_utils.TestCase):
 
   def test_eval_state_restores_from_a_full_checkpoint(self):
     ckpt = self._checkpointer()
+    self._at_step(0)
     ckpt.save(0, self._state(_mesh((2, 4))))
     ckpt.wait_until_finished()
     abstract = self._abstract(_mesh((1, 1))).to_eval_state()
@@ -245,10 +254,12 @@ class CheckpointTest(test_utils.TestCase):
 
   def test_input_state_round_trip(self):
     ckpt = self._checkpointer(save_interval_steps=1)
+    self._at_step(1)
     state = self._state(_mesh((2, 4)))
     blob = bytes(range(256)) + b'{"iterator": 17}'
     ckpt.save(1, state, input_state=blob)
-    ckpt.save(2, state)
+    self._at_step(2)
+    ckpt.save(2, self._state(_mesh((2, 4))))
     ckpt.wait_until_finished()
     self.assertEqual(
         (ckpt.directory / 'checkpoint_00000001' / 'train_input' /
@@ -274,6 +285,7 @@ class CheckpointTest(test_utils.TestCase):
   def test_sigterm_forces_a_save(self):
     old = signal.getsignal(signal.SIGTERM)
     self.addCleanup(signal.signal, signal.SIGTERM, old)
+    self.addCleanup(checkpoints.uninstall_sigterm_handler)
     self.addCleanup(checkpoints.install_sigterm_handler)  # Clears the flag.
     self.assertTrue(checkpoints.install_sigterm_handler())
     self.assertFalse(checkpoints.preemption_requested())

@@ -19,6 +19,7 @@ from paxml import programs
 from paxml import train
 
 _POLL_SECONDS = 10.0
+_WAIT_LOG_SECONDS = 60.0  # How often a waiting job says what it waits for.
 CheckpointType = checkpoints.CheckpointType
 RunningMode = train.RunningMode
 
@@ -95,39 +96,66 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   ckpt_dir = pathlib.Path(options.restore_checkpoint_dir or
                           job_log_dir / 'checkpoints')
   checkpointer = checkpoints.Checkpointer(
-      job_log_dir, checkpoint_dir=ckpt_dir, enable_async_checkpointing=False)
+      job_log_dir, checkpoint_dir=ckpt_dir, enable_async_checkpointing=False,
+      read_only=True)
   progs = make_programs(configs)
   for program in progs:
     key = keys[1] if isinstance(
         program, decode_programs_lib.SingleTaskDecodeProgram) else keys[0]
     program.setup(task, partitioner, job_log_dir, key,
                   enable_summary_writer=options.enable_summary_writer)
-  done = None
+  done, damaged, metrics = None, set(), None
+  wait_start, last_wait_log = time.monotonic(), None
   while True:
     step = options.restore_checkpoint_step or checkpointer.latest_step()
-    if step is None or step == done:
+    if step is None or step == done or step in damaged:
       if once:
-        raise FileNotFoundError(f'No checkpoint to restore in {ckpt_dir}.')
+        raise checkpoints.CheckpointNotFoundError(
+            f'No checkpoint to restore in {ckpt_dir}.')
+      now = time.monotonic()
+      if last_wait_log is None or now - last_wait_log >= _WAIT_LOG_SECONDS:
+        last_wait_log = now
+        what = ('a first checkpoint' if done is None else
+                f'a checkpoint newer than step {done}')
+        logging.info('%s job waiting for %s in %s (waited %.0fs so far; the '
+                     'training job writes them).', options.mode, what,
+                     ckpt_dir, now - wait_start)
       time.sleep(_POLL_SECONDS)
       continue
-    state, _ = checkpointer.restore(
-        step, abstract_state=executors.abstract_train_state(
-            partitioner, discard_opt_states=True))
-    run_eval_programs(eval_programs=[
+    try:
+      state, _ = checkpointer.restore(
+          step, abstract_state=executors.abstract_train_state(
+              partitioner, discard_opt_states=True))
+    except checkpoints.CheckpointDirError as e:
+      if options.restore_checkpoint_step or once:
+        raise
+      logging.warning('Skipping the checkpoint of step %d: %s', step, e)
+      damaged.add(step)
+      continue
+    metrics, _ = run_eval_programs(eval_programs=[
         p for p in progs if isinstance(p, programs.BaseEvalProgram)],
-                      train_state=state, step=step)
+                                   train_state=state, step=step)
     run_decode_programs(decode_programs=[
         p for p in progs
         if isinstance(p, decode_programs_lib.SingleTaskDecodeProgram)],
                         train_state=state, step=step)
     done = step
+    wait_start, last_wait_log = time.monotonic(), None
     if once or options.restore_checkpoint_step or (
         step >= int(task.train.num_train_steps)):
       break
   for program in progs:
     program.shutdown()
   checkpointer.close()
-  logging.info('%s finished at step %s.', options.mode, done)
+  summary = ''
+  if metrics is not None and metrics.input_names:
+    summary = '; eval: ' + ', '.join(
+        f'{name}/{k}={v:.6g}'
+        for name, m in zip(metrics.input_names, metrics.metrics_list)
+        for k, v in sorted((m or {}).items()))
+  logging.info('%s job finished at step %s%s; read checkpoints from %s; '
+               'summaries in %s.', options.mode.capitalize(), done, summary,
+               ckpt_dir, job_log_dir / 'summaries')
 
 
 def _eval_programs(configs):

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from absl import logging
 import jax
+from paxml import _nonfinite_guard
 from paxml import base_executor
 from paxml import checkpoints
 from paxml import train_states
@@ -88,6 +89,9 @@ class DefaultExecutor(base_executor.BaseExecutor):
     self._step = 0
     self._early_stopping_fn = None
     self._job_log_dir = None
+    self._guard = None
+    self.start_step = 0
+    self.final_eval_metrics = {}
 
   def setup(self, jax_task: Any, job_log_dir: Any,
             checkpointer: checkpoints.Checkpointer | None, partitioner: Any,
@@ -134,6 +138,10 @@ class DefaultExecutor(base_executor.BaseExecutor):
     if provenance is not None:
       trainer_lib.write_train_provenance_file(provenance, job_log_dir)
     self._step = int(jax.device_get(self._state.step))
+    self.start_step = self._step
+    self._guard = _nonfinite_guard.NonFiniteGuard(
+        getattr(jax_task.train, 'max_consecutive_nonfinite_steps', 0),
+        self._describe_last_good, self._on_finite_loss)
     train_key, eval_key, decode_key = jax.random.split(root_key, 3)
     train_program.setup(
         jax_task, self._train_input, partitioner, job_log_dir,
@@ -161,8 +169,9 @@ class DefaultExecutor(base_executor.BaseExecutor):
         step, abstract_state=abstract_train_state(partitioner))
     if input_state is not None:
       self._train_input.set_state(input_state)
-    logging.info('Restored the checkpoint of step %d.',
-                 int(jax.device_get(state.step)))
+    logging.info('Restored the checkpoint of step %d from %s.',
+                 int(jax.device_get(state.step)),
+                 self._checkpointer.restored_from)
     return state
 
   def _input_state(self) -> bytes | None:
@@ -171,9 +180,31 @@ class DefaultExecutor(base_executor.BaseExecutor):
     except NotImplementedError:
       return None
 
-  def _save(self, step: int, state: Any, force: bool = False) -> None:
+  def _describe_last_good(self) -> str:
+    if self._checkpointer is None:
+      return 'Checkpoints are off.'
+    return self._checkpointer.last_good()
+
+  def _on_finite_loss(self, step: int) -> None:
+    # The state of `step` gave a finite loss: its checkpoint is good.
     if self._checkpointer is not None:
-      self._checkpointer.save(step, state, self._input_state, force=force)
+      self._checkpointer.mark_good(step)
+
+  def _save(self, step: int, state: Any, force: bool = False) -> None:
+    """Saves if due, never a state that is (or just gave) non-finite."""
+    if self._checkpointer is None or not self._checkpointer.save_due(
+        step, force):
+      return
+    self._guard.sync()
+    if self._guard.consecutive:
+      logging.warning('Not saving step %d: the loss of step %d was not '
+                      'finite.', step, step - 1)
+      return
+    if not _nonfinite_guard.state_is_finite(state):
+      logging.warning('Not saving step %d: the train state holds non-finite '
+                      'values.', step)
+      return
+    self._checkpointer.save(step, state, self._input_state, force=force)
 
   def _due(self, interval: int | None, step: int, start: int = 0) -> bool:
     last = step == self._train_program.num_train_steps
@@ -198,6 +229,15 @@ class DefaultExecutor(base_executor.BaseExecutor):
     path = pathlib.Path(self._job_log_dir) / 'checkpoints'
     return bool(self._early_stopping_fn(metrics, mode, step, last, path))
 
+  def _note_eval_metrics(self, evals: list[Any]) -> None:
+    for program, out in evals:
+      for key, value in (getattr(out, 'eval_metrics', None) or {}).items():
+        self.final_eval_metrics[f'{program._name}/{key}'] = float(value)  # pylint: disable=protected-access
+
+  @property
+  def step(self) -> int:
+    return self._step
+
   def start(self) -> Any:
     """Trains from the set-up state and step; returns the final state."""
     state, step = self._state, self._step
@@ -211,11 +251,14 @@ class DefaultExecutor(base_executor.BaseExecutor):
         logging.warning('Preemption requested: saving step %d and exiting.',
                         step)
         break
-      state = self._train_program.run(state, step).state
+      out = self._train_program.run(state, step)
+      self._guard.record(step, out.loss)
+      state = out.state
       step += 1
       evals, decodes = [], []
       if self._due(train_p.eval_interval_steps, step):
         evals = [(p, p.run(state, step)) for p in self._eval_programs]
+        self._note_eval_metrics(evals)
       if self._due(train_p.decode_interval_steps, step,
                    train_p.decode_start_after_n_steps):
         decodes = [(p, p.run(state, step)) for p in self._decode_programs]
@@ -224,9 +267,12 @@ class DefaultExecutor(base_executor.BaseExecutor):
                      'the early_stopping_fn.', step,
                      self._train_program.num_train_steps)
         break
-    self._save(step, state, force=True)
+    self._guard.sync()
     if self._checkpointer is not None:
+      self._save(step, state, force=True)
       self._checkpointer.wait_until_finished()
+      if not self._guard.consecutive and step > self.start_step:
+        self._checkpointer.mark_good(step)  # The run ended on finite steps.
     for program in [self._train_program, *self._eval_programs,
                     *self._decode_programs]:
       program.shutdown()

@@ -3,7 +3,13 @@
 Public names: ExperimentConfigs, as_experiment_configs, train_and_evaluate,
 write_hparams_file, write_experiment_class_vars_file,
 write_post_init_model_hparams_file, setup_run, Checkpointer, CheckpointType,
-RunningMode.
+RunningMode, RunStoppedError, NonFiniteTrainingError, JobLockedError.
+
+A training run holds `<job_log_dir>/train.lock` (one writer per job dir),
+writes checkpoints only under `<job_log_dir>/checkpoints` (a
+`--restore_checkpoint_dir` is only read, for a warm start), stops with
+`NonFiniteTrainingError` after `task.train.max_consecutive_nonfinite_steps`
+non-finite losses in a row, and ends with one closing log line.
 
 `write_post_init_model_hparams_file` here writes the runner's table of
 variables (path, shape, dtype, partition spec); Pax's two-part file is
@@ -16,8 +22,14 @@ import dataclasses
 import pathlib
 from typing import Any
 
+from absl import logging
 from fiddle.absl_flags import utils as fdl_flag_utils
 import jax
+from paxml import _checkpointer
+from paxml import _job_lock
+from paxml import _nonfinite_guard
+from paxml import _preemption
+from paxml import _run_errors
 from paxml import base_experiment
 from paxml import checkpoints
 from paxml import decode_programs as decode_programs_lib
@@ -34,6 +46,9 @@ instantiate = base_hyperparams.instantiate
 Checkpointer = checkpoints.Checkpointer
 CheckpointType = checkpoints.CheckpointType
 RunningMode = trainer_lib.RunningMode
+RunStoppedError = _run_errors.RunStoppedError
+NonFiniteTrainingError = _nonfinite_guard.NonFiniteTrainingError
+JobLockedError = _job_lock.JobLockedError
 
 
 @dataclasses.dataclass
@@ -289,38 +304,77 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
                   early_stopping_fn: Any = None) -> Any:
   """`train_and_evaluate` on ExperimentConfigs and RunOptions."""
   job_log_dir = pathlib.Path(options.job_log_dir)
+  train_p = configs.task.train
+  if options.enable_checkpoint_saving:  # Checked before anything is written.
+    _checkpointer.check_options(train_p.save_interval_steps,
+                                train_p.save_max_to_keep,
+                                options.restore_checkpoint_dir)
   job_log_dir.mkdir(parents=True, exist_ok=True)
+  lock = _job_lock.JobLock(job_log_dir)
   if jax.process_index() == 0:
-    write_hparams_file(configs, job_log_dir)
-  task = instantiate(configs.task)
-  partitioner = partitioning.create_partitioner(task, reshard_inputs=True)
+    lock.acquire()
   checkpointer = None
+  try:
+    if jax.process_index() == 0:
+      write_hparams_file(configs, job_log_dir)
+    task = instantiate(configs.task)
+    partitioner = partitioning.create_partitioner(task, reshard_inputs=True)
+    if options.enable_checkpoint_saving:
+      checkpointer = checkpoints.Checkpointer(
+          job_log_dir,
+          save_interval_steps=task.train.save_interval_steps,
+          save_max_to_keep=task.train.save_max_to_keep,
+          restore_dir=options.restore_checkpoint_dir,
+          verify_before_gc=True)
+      checkpoints.install_sigterm_handler()
+    eval_programs = [programs.SingleTaskEvalProgram(p) for p in (
+        configs.eval_datasets if options.eval_on_test else [])]
+    decode_programs = [decode_programs_lib.SingleTaskDecodeProgram(p) for p in (
+        configs.decode_datasets if options.decode_during_train else [])]
+    train_program = programs.SingleTaskTrainProgram()
+    if first_result_callback is not None:
+      train_program.register_first_result_callback_fn(first_result_callback)
+    executor = executors.DefaultExecutor()
+    executor.setup(
+        task, job_log_dir, checkpointer, partitioner,
+        _input_specs_provider(configs), configs.train_datasets[0],
+        train_program, eval_programs, decode_programs,
+        early_stopping_fn=early_stopping_fn,
+        enable_summary_writer=options.enable_summary_writer,
+        restore_checkpoint_step=options.restore_checkpoint_step)
+    if jax.process_index() == 0:
+      write_post_init_model_hparams_file(
+          partitioner.get_train_state_metadata(), job_log_dir)
+    state = executor.start()
+    if checkpointer is not None:
+      ckpt, checkpointer = checkpointer, None
+      ckpt.close()
+    logging.info('%s', _closing_line(executor, job_log_dir, options))
+    return state
+  finally:
+    _preemption.uninstall_sigterm_handler()
+    if checkpointer is not None:  # Stopped by an error: keep the saves made.
+      try:
+        checkpointer.close()
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning('While stopping: %s', e)
+    lock.release()
+
+
+def _closing_line(executor: executors.DefaultExecutor,
+                  job_log_dir: pathlib.Path,
+                  options: executors.RunOptions) -> str:
+  """One line: steps done, final eval metrics, where the outputs are."""
+  start, end = executor.start_step, executor.step
+  signal_name = _preemption.requesting_signal()
+  head = (f'Training stopped by {signal_name} at step {end}' if signal_name
+          else f'Training finished at step {end}')
+  parts = [f'{head} ({end - start} steps run this time, from step {start})']
+  if executor.final_eval_metrics:
+    parts.append('final eval: ' + ', '.join(
+        f'{k}={v:.6g}' for k, v in sorted(executor.final_eval_metrics.items())))
   if options.enable_checkpoint_saving:
-    checkpointer = checkpoints.Checkpointer(
-        job_log_dir,
-        save_interval_steps=task.train.save_interval_steps,
-        save_max_to_keep=task.train.save_max_to_keep,
-        checkpoint_dir=options.restore_checkpoint_dir)
-    checkpoints.install_sigterm_handler()
-  eval_programs = [programs.SingleTaskEvalProgram(p) for p in (
-      configs.eval_datasets if options.eval_on_test else [])]
-  decode_programs = [decode_programs_lib.SingleTaskDecodeProgram(p) for p in (
-      configs.decode_datasets if options.decode_during_train else [])]
-  train_program = programs.SingleTaskTrainProgram()
-  if first_result_callback is not None:
-    train_program.register_first_result_callback_fn(first_result_callback)
-  executor = executors.DefaultExecutor()
-  executor.setup(
-      task, job_log_dir, checkpointer, partitioner,
-      _input_specs_provider(configs), configs.train_datasets[0],
-      train_program, eval_programs, decode_programs,
-      early_stopping_fn=early_stopping_fn,
-      enable_summary_writer=options.enable_summary_writer,
-      restore_checkpoint_step=options.restore_checkpoint_step)
-  if jax.process_index() == 0:
-    write_post_init_model_hparams_file(
-        partitioner.get_train_state_metadata(), job_log_dir)
-  state = executor.start()
-  if checkpointer is not None:
-    checkpointer.close()
-  return state
+    parts.append(f'checkpoints in {job_log_dir / "checkpoints"}')
+  if options.enable_summary_writer:
+    parts.append(f'summaries in {job_log_dir / "summaries"}')
+  return '; '.join(parts) + '.'
