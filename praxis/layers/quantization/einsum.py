@@ -30,7 +30,7 @@ class Einsum(einsum.Einsum, quantizer.QuantizationLayer):
     except ValueError as e:
       raise ValueError(f'{self._where()}: eqn: {e}') from None
 
-  def _weight_hparams(self) -> base_layer.WeightHParams:
+  def _w_hparams(self) -> base_layer.WeightHParams:
     fan_in, fan_out = einsum.einsum_fan_axes(self.eqn)
     return base_layer.WeightHParams(
         shape=list(self.w_shape),
@@ -51,7 +51,7 @@ class Einsum(einsum.Einsum, quantizer.QuantizationLayer):
     out_only = [d for d in out if d in w and d not in x]
     self.set_up_weights(
         weight_name='w',
-        weight_params=self._weight_hparams(),
+        weight_params=self._w_hparams(),
         scale_shape=[self.w_shape[w.index(d)] for d in out_only],
     )
     if self.use_bias:
