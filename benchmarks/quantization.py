@@ -101,6 +101,11 @@ def main(argv) -> None:
     int_vars = lib.restore_quantized(inf, batch, out_dir)  # As served.
     rows.append((label, inf, int_vars, _dir_bytes(out_dir / 'checkpoints')))
 
+  results = []
+  for label, model, variables, disk in rows:
+    pplx = lib.eval_log_pplx(model, variables, eval_p, _EVAL_BATCHES.value)
+    _, tps = lib.decode(model, variables, prompts)
+    results.append((label, lib.checkpoint_bytes(variables), disk, pplx, tps))
   print(f'\nDemo LM after {step} steps; eval on the test split; decode '
         f'{prompts.ids.shape[0]} prompts x '
         f'{model_p.decoder_tpl.max_decode_steps} tokens; '
@@ -110,15 +115,10 @@ def main(argv) -> None:
             f'{"decode tok/s":>13}')
   print(header)
   print('-' * len(header))
-  base = None
-  for label, model, variables, disk in rows:
-    pplx = lib.eval_log_pplx(model, variables, eval_p, _EVAL_BATCHES.value)
-    _, tps = lib.decode(model, variables, prompts)
-    nbytes = lib.checkpoint_bytes(variables)
-    if base is None:
-      base = (nbytes, pplx)
-    print(f'{label:<18} {nbytes:>10} {nbytes / base[0]:>8.3f} {disk:>11} '
-          f'{pplx:>9.4f} {100 * (pplx - base[1]) / base[1]:>+8.2f}% '
+  _, base_bytes, _, base_pplx, _ = results[0]
+  for label, nbytes, disk, pplx, tps in results:
+    print(f'{label:<18} {nbytes:>10} {nbytes / base_bytes:>8.3f} {disk:>11} '
+          f'{pplx:>9.4f} {100 * (pplx - base_pplx) / base_pplx:>+8.2f}% '
           f'{tps:>13.1f}')
 
 

@@ -96,22 +96,20 @@ def restore_float_variables(model: Any, batch: NestedMap,
                             checkpoint_dir: Any,
                             step: int | None = None) -> tuple[Any, int]:
   """(model variables, step) of the latest (or `step`) float checkpoint."""
+  path = epath.Path(checkpoint_dir)
+  if (path / OPTIONS_FILE).exists() or (path.parent / OPTIONS_FILE).exists():
+    # Its int8 'w' arrays have the float shapes: restoring would "succeed".
+    raise ValueError(
+        f'{checkpoint_dir} is a quantized checkpoint (it has a '
+        f'{OPTIONS_FILE}); it cannot be loaded into the float model config: '
+        'serve it with the INFERENCE config (restore_quantized, or '
+        'quantize_checkpoint --mode=eval/decode).')
   abstract = _model_variables(model, batch)
-  quantized = (epath.Path(checkpoint_dir).parent / OPTIONS_FILE).exists()
-  try:
-    state = checkpoints.restore_checkpoint(
-        train_states.TrainState(step=jax.ShapeDtypeStruct((), jnp.int32),
-                                mdl_vars=abstract, opt_states=[]),
-        checkpoint_dir, checkpoint_type=checkpoints.CheckpointType.GDA,
-        step=step)
-  except ValueError as e:
-    if quantized:
-      raise ValueError(
-          f'{checkpoint_dir} is a quantized checkpoint (see its '
-          f'{OPTIONS_FILE}); it cannot be loaded into the float model config: '
-          'serve it with the INFERENCE config (restore_quantized, or '
-          'quantize_checkpoint --mode=eval/decode).') from e
-    raise
+  state = checkpoints.restore_checkpoint(
+      train_states.TrainState(step=jax.ShapeDtypeStruct((), jnp.int32),
+                              mdl_vars=abstract, opt_states=[]),
+      checkpoint_dir, checkpoint_type=checkpoints.CheckpointType.GDA,
+      step=step)
   return state.mdl_vars, int(np.asarray(state.step))
 
 
