@@ -21,6 +21,7 @@ What it guarantees:
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from absl import logging
@@ -69,13 +70,17 @@ def _check_abstract_state(abstract_state: Any) -> None:
           'every leaf a jax.ShapeDtypeStruct with sharding=NamedSharding(...).')
 
 
+def _probe_writable(directory: epath.Path) -> None:
+  """Creates `directory`; writes and removes a small file in it."""
+  probe = directory / f'.write_test-{socket.gethostname()}-{os.getpid()}'
+  directory.mkdir(parents=True, exist_ok=True)
+  probe.write_text('ok')
+  probe.unlink()
+
+
 def _prepare_writable(directory: epath.Path) -> None:
-  """Creates `directory` and checks that files can be written in it."""
-  probe = directory / f'.write_test-{os.getpid()}'
   try:
-    directory.mkdir(parents=True, exist_ok=True)
-    probe.write_text('ok')
-    probe.unlink()
+    _probe_writable(directory)
   except OSError as e:
     raise CheckpointDirError(
         f'Checkpoint directory {directory} is not writable ({_cause(e)}).'
@@ -222,6 +227,9 @@ class Checkpointer:
     if callable(input_state):
       input_state = input_state()
     try:
+      # Orbax creates the step directory in the background and its other
+      # threads wait minutes for it: fail here, at once, when it cannot.
+      _probe_writable(self._dir)
       saved = self._manager.save(int(step), train_state,
                                  train_input_pipeline=input_state, force=force)
     except Exception as e:  # pylint: disable=broad-except
