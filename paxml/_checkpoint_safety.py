@@ -171,18 +171,19 @@ def verify_step_dir(step_dir: epath.PathLike, step: int) -> None:
         f'for step {step}')
 
 
-def quarantine(step_dir: epath.Path) -> epath.Path:
-  """Renames a damaged step directory aside (never deletes it)."""
+def quarantine(step_dir: epath.Path, why: str = 'damaged') -> epath.Path:
+  """Renames a step directory aside (`<name>.<why>-<time>`), never deletes."""
   stamp = datetime.datetime.now(datetime.timezone.utc).strftime(
       '%Y%m%d-%H%M%S')
-  target = step_dir.parent / f'{step_dir.name}{DAMAGED_INFIX}{stamp}'
+  infix = f'.{why}-'
+  target = step_dir.parent / f'{step_dir.name}{infix}{stamp}'
   n = 1
   while target.exists():
-    target = step_dir.parent / f'{step_dir.name}{DAMAGED_INFIX}{stamp}-{n}'
+    target = step_dir.parent / f'{step_dir.name}{infix}{stamp}-{n}'
     n += 1
   step_dir.rename(target)
-  logging.warning('Moved the damaged checkpoint %s aside to %s (nothing was '
-                  'deleted).', step_dir, target.name)
+  logging.warning('Moved the %s checkpoint %s aside to %s (nothing was '
+                  'deleted).', why, step_dir, target.name)
   return target
 
 

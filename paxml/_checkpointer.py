@@ -302,6 +302,21 @@ class Checkpointer:
     self.restored_from = step_dir
     return state, input_state
 
+  def _set_aside_newer(self, step: int) -> None:
+    """Going back to `step`: newer own checkpoints are renamed aside.
+
+    Left in place they would block this run's saves (a step is never saved
+    twice, nor below the newest) and a restart would resume from them.
+    """
+    if self._read_only or jax.process_index() != 0:
+      return
+    newer = [(s, p) for s, p in safety.step_dirs(self._dir) if s > step]
+    for s, path in newer:
+      safety.quarantine(path, 'superseded')
+      self._good.discard(s)
+    if newer:
+      self._manager.reload()
+
   def restore(
       self, step: int | None = None, *, abstract_state: Any
   ) -> tuple[Any, bytes | None]:
@@ -333,12 +348,14 @@ class Checkpointer:
             f'{self._manager.step_dir(int(step))} (steps found: '
             f'{sorted(s for s, _, _ in candidates)}).')
       try:
-        return self._read(int(step), found[0][0], abstract_state)
+        result = self._read(int(step), found[0][0], abstract_state)
       except CheckpointDamagedError as e:
         raise CheckpointDirError(
             f'--restore_checkpoint_step={step}: the checkpoint is damaged '
             f'({e}); choose another step (found: '
             f'{sorted(s for s, _, _ in candidates)}).') from e
+      self._set_aside_newer(int(step))
+      return result
     skipped = []
     for s, path, own in candidates:
       try:

@@ -169,9 +169,9 @@ class DefaultExecutor(base_executor.BaseExecutor):
         step, abstract_state=abstract_train_state(partitioner))
     if input_state is not None:
       self._train_input.set_state(input_state)
-    logging.info('Restored the checkpoint of step %d from %s.',
-                 int(jax.device_get(state.step)),
-                 self._checkpointer.restored_from)
+    logging.info('Restored the checkpoint of step %d.',
+                 int(jax.device_get(state.step)))
+    logging.info('(read from %s)', self._checkpointer.restored_from)
     return state
 
   def _input_state(self) -> bytes | None:

@@ -261,6 +261,21 @@ def test_explicit_damaged_or_missing_step_is_one_error(copy_of):
   assert _steps(job / 'checkpoints') == [8, 10]  # Nothing moved.
 
 
+def test_going_back_to_an_older_step_sets_newer_ones_aside(reference, copy_of,
+                                                           caplog):
+  job = copy_of(keep=[6, 8, 10])
+  before = _files(job / 'checkpoints/checkpoint_00000010')
+  _run(job, restore_step=6)
+  aside = [p for p in (job / 'checkpoints').iterdir()
+           if '.superseded-' in p.name]
+  assert sorted(p.name.split('.')[0] for p in aside) == [
+      'checkpoint_00000008', 'checkpoint_00000010']
+  assert _files([p for p in aside if '10.' in p.name][0]) == before
+  assert 'Moved the superseded checkpoint' in _warnings(caplog)
+  # Steps 7..10 were trained again and saved: the same numbers as before.
+  assert _arrays(job / _LATEST) == _arrays(reference / _LATEST)
+
+
 # -- 3. One writer per job dir ------------------------------------------------
 
 
