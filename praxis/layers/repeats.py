@@ -418,6 +418,32 @@ class Repeat(base_layer.BaseLayer):
     else:
       self._scan(body_fn, remat=False)(self.sublayer, None)
 
+  def _quantize_fn(self, return_pspec: bool) -> Any:
+    """The sub-layer's quantized variables (or their specs), stacked."""
+
+    def body_fn(sub, carry):
+      if return_pspec:
+        return carry, sub.quantized_partition_specs()
+      return carry, sub.quantize_weight()
+
+    _, res = self._scan(body_fn, remat=False)(self.sublayer, None)
+    res = {c: {self.sublayer_name: res[c]}
+           for c in (PARAMS, NON_TRAINABLE) if c in res}
+    if return_pspec:  # The stacking dim is not sharded.
+      res = jax.tree.map(
+          lambda x: base_layer.BoxedPartitionSpec(
+              meta=jax.sharding.PartitionSpec(None, *x.meta)),
+          res, is_leaf=lambda x: isinstance(x, base_layer.BoxedPartitionSpec))
+    return res
+
+  def quantize_weight(self) -> NestedJTensor:
+    """The repeated sub-layer's quantized variables, stacked (MATERIALIZE)."""
+    return self._quantize_fn(return_pspec=False)
+
+  def quantized_partition_specs(self) -> Any:
+    """Partition specs of `quantize_weight`, with the repeat dim unsharded."""
+    return self._quantize_fn(return_pspec=True)
+
   def init_states(self, *args: Any, **kwargs: Any) -> None:
     """Calls `sub.init_states(*args, **kwargs)` on every layer."""
     self._for_each_layer(lambda sub: sub.init_states(*args, **kwargs))
