@@ -10,6 +10,8 @@ then quantizes its transformer layers and shared softmax/embedding with
 
 * int8 weight-only (MATERIALIZE -> int8 weights + per-channel scales), and
 * int8 weights + int8 activations (dynamic per-token activation scales),
+* and (`--qat`, default on) a second run of the same steps trained with int8
+  fake quantization (`quantize.for_transformer`, QAT), served as int8,
 
 writes each quantized checkpoint and prints, in one table: the bytes of the
 model variables and of the written checkpoint directories, the eval
@@ -32,16 +34,27 @@ from paxml.tasks.demo import pydoc_lm
 from paxml.tools import quantize_checkpoint_lib as lib
 from praxis import base_layer
 from praxis.layers.quantization import quantization_hparams as qh
+from praxis.layers.quantization import quantize
 
 _TRAIN_STEPS = flags.DEFINE_integer('train_steps', 300, 'Training steps.')
 _JOB_LOG_DIR = flags.DEFINE_string(
     'job_log_dir', None, 'Training directory (reused if it has a checkpoint).')
+_QAT = flags.DEFINE_bool(
+    'qat', True, 'Also train the same steps with int8 fake quantization '
+    '(quantize.for_transformer, QAT) and serve it as int8.')
 _EVAL_BATCHES = flags.DEFINE_integer(
     'eval_batches', None, 'Eval batches (default: the whole test split).')
 
 
-def _experiment(steps: int):
-  class Short(pydoc_lm.PydocTransformerLm):
+def _experiment(steps: int, qat: bool = False):
+  base = pydoc_lm.PydocTransformerLm
+  if qat:  # Fake-quant (FQ) int8 training of the transformer layers.
+    base = quantize.for_transformer(
+        num_bits=8, quantization_type=qh.QuantizationType.FQ,
+        mode=qh.QuantizationMode.TRAINING, quantize_embedding_softmax=True)(
+            base)
+
+  class Short(base):
     NUM_TRAIN_STEPS = steps
     WARMUP_STEPS = max(1, min(100, steps // 10))
 
@@ -101,10 +114,12 @@ def main(argv) -> None:
     int_vars = lib.restore_quantized(inf, batch, out_dir)  # As served.
     rows.append((label, inf, int_vars, _dir_bytes(out_dir / 'checkpoints')))
 
+  if _QAT.value:
+    rows.append(_qat_row(job_dir, batch))
   results = []
   for label, model, variables, disk in rows:
     pplx = lib.eval_log_pplx(model, variables, eval_p, _EVAL_BATCHES.value)
-    _, tps = lib.decode(model, variables, prompts)
+    _, tps = lib.decode(model, variables, prompts, repeats=10)
     results.append((label, lib.checkpoint_bytes(variables), disk, pplx, tps))
   print(f'\nDemo LM after {step} steps; eval on the test split; decode '
         f'{prompts.ids.shape[0]} prompts x '
@@ -120,6 +135,30 @@ def main(argv) -> None:
     print(f'{label:<18} {nbytes:>10} {nbytes / base_bytes:>8.3f} {disk:>11} '
           f'{pplx:>9.4f} {100 * (pplx - base_pplx) / base_pplx:>+8.2f}% '
           f'{tps:>13.1f}')
+
+
+def _qat_row(job_dir: pathlib.Path, batch):
+  """Trains with int8 fake quant, then serves the materialized int8 model."""
+  qat_dir = job_dir / 'qat'
+  experiment = _experiment(_TRAIN_STEPS.value, qat=True)
+  if checkpoints.retrieve_latest_checkpoint_step_if_exists(
+      qat_dir / 'checkpoints') is None:
+    train.train_and_evaluate(experiment, qat_dir,
+                             enable_async_checkpointing=False)
+  float_p = _experiment(_TRAIN_STEPS.value).task().model
+  qat_model = base_layer.instantiate(experiment.task().model)
+  qat_vars, step = lib.restore_float_variables(qat_model, batch,
+                                               qat_dir / 'checkpoints')
+  options = lib.QuantizeOptions(num_bits=8)
+  mat = base_layer.instantiate(lib.quantized_model_config(
+      float_p, options, qh.QuantizationMode.MATERIALIZE))
+  inf = base_layer.instantiate(lib.quantized_model_config(
+      float_p, options, qh.QuantizationMode.INFERENCE))
+  out_dir = qat_dir / 'int8'
+  lib.save_quantized(inf, batch, lib.materialize(mat, qat_vars), step,
+                     out_dir, options)
+  int_vars = lib.restore_quantized(inf, batch, out_dir)
+  return ('QAT int8 (FQ)', inf, int_vars, _dir_bytes(out_dir / 'checkpoints'))
 
 
 def jax_backend() -> str:
