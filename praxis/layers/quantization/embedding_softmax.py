@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import jax
 from jax import numpy as jnp
 from praxis import base_layer
 from praxis import pax_fiddle
