@@ -36,7 +36,8 @@ Grain iterator state, so a restored input continues the exact stream.
 File formats (`FILE_FORMATS`, chosen from the extension unless
 `file_format` is set): 'jsonl' (.jsonl/.json: one JSON object a line, the
 text in `text_field`), 'lines' (any other extension: one document a
-non-blank line), 'paragraphs' (documents separated by blank lines),
+non-blank line), 'paragraphs' (documents separated by blank lines); each of these three also
+gzipped (`.gz`, e.g. C4's `c4-train.00000-of-01024.json.gz`),
 'array_record' (.array_record: records are JSON objects, as JSONL lines) and
 'parquet' (.parquet: the `text_field` column; needs pyarrow).
 
@@ -57,6 +58,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import functools
 import glob
+import gzip
 import json
 import mmap
 import os
@@ -90,7 +92,10 @@ _STATE_KEYS = ('seed', 'host', 'emitted', 'iterator')
 
 
 def _json_text(raw: bytes | str, text_field: str, where: str) -> str:
-  record = json.loads(raw)
+  try:
+    record = json.loads(raw)
+  except ValueError as e:
+    raise ValueError(f'{where}: not a JSON object ({e}).') from e
   text = record.get(text_field) if isinstance(record, dict) else None
   if isinstance(text, str):
     return text
@@ -120,11 +125,27 @@ def _document_spans(data: bytes | mmap.mmap, paragraphs: bool) -> list[Any]:
   return spans
 
 
+def _read_text_file(path: str) -> bytes | mmap.mmap | None:
+  """The bytes of a file (gunzipped for .gz), memory-mapped; None if empty."""
+  if path.endswith('.gz'):
+    try:
+      with gzip.open(path, 'rb') as f:
+        data = f.read()
+    except (OSError, EOFError) as e:
+      raise ValueError(f'{path}: not a readable gzip file ({e}).') from e
+    return data or None
+  with open(path, 'rb') as f:
+    if os.fstat(f.fileno()).st_size == 0:
+      return None
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 class TextFileSource:
   """Random access to the documents of local text or JSONL files.
 
   The files are scanned once for document boundaries (kept as byte offsets)
-  and memory-mapped; `source[i]` decodes document i.
+  and memory-mapped; `source[i]` decodes document i. Gzipped files (`.gz`,
+  as C4's `c4-train.*.json.gz`) are decompressed into memory.
   """
 
   def __init__(self, paths: Sequence[str], file_format: str,
@@ -136,11 +157,10 @@ class TextFileSource:
     self._text_field = text_field
     self._maps, spans = [], []
     for index, path in enumerate(self._paths):
-      with open(path, 'rb') as f:
-        if os.fstat(f.fileno()).st_size == 0:
-          self._maps.append(None)
-          continue
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+      data = _read_text_file(path)
+      if data is None:
+        self._maps.append(None)
+        continue
       self._maps.append(data)
       paragraphs = file_format == 'paragraphs'
       spans.extend(
@@ -187,6 +207,7 @@ class _JsonRecordSource:
 
 def _parquet_texts(paths: Sequence[str], text_field: str) -> list[str]:
   try:
+    import pyarrow  # pylint: disable=g-import-not-at-top
     from pyarrow import parquet  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ImportError(
@@ -194,8 +215,23 @@ def _parquet_texts(paths: Sequence[str], text_field: str) -> list[str]:
     ) from e
   texts = []
   for path in paths:
-    texts.extend(parquet.read_table(path, columns=[text_field])
-                 .column(text_field).to_pylist())
+    try:
+      schema = parquet.read_schema(path)
+    except (pyarrow.ArrowException, OSError) as e:
+      raise ValueError(f'{path}: not a readable Parquet file ({e}).') from e
+    if text_field not in schema.names:
+      raise ValueError(f'{path}: no column {text_field!r} (text_field); '
+                       f'columns: {schema.names}.')
+    if not pyarrow.types.is_string(schema.field(text_field).type) and (
+        not pyarrow.types.is_large_string(schema.field(text_field).type)):
+      raise ValueError(f'{path}: column {text_field!r} (text_field) holds '
+                       f'{schema.field(text_field).type}, expected strings.')
+    try:
+      column = parquet.read_table(path, columns=[text_field])[text_field]
+    except (pyarrow.ArrowException, OSError) as e:
+      raise ValueError(f'{path}: cannot read column {text_field!r} '
+                       f'({e}).') from e
+    texts.extend(t if t is not None else '' for t in column.to_pylist())
   return texts
 
 
@@ -210,9 +246,16 @@ def document_source(
   return TextFileSource(paths, file_format, text_field)
 
 
+def _format_of(path: str) -> str:
+  """The file format that a file's extension implies (a .gz suffix aside)."""
+  if path.endswith('.gz'):
+    path = path[:-3]
+  return _EXTENSIONS.get(os.path.splitext(path)[1], 'lines')
+
+
 def _formats_of(paths: Sequence[str]) -> set[str]:
   """The file formats that the extensions of `paths` imply."""
-  return {_EXTENSIONS.get(os.path.splitext(p)[1], 'lines') for p in paths}
+  return {_format_of(p) for p in paths}
 
 
 # ----------------------------------------------------------------------------

@@ -19,8 +19,9 @@ C4Spmd16BAdam32Replicas, C4Spmd32BAdam64Replicas.
 No TensorFlow, SeqIO or TFDS: `C4Input` reads the `c4/en` shards from a
 local folder (`$C4_DATA_DIR`, or the input's `data_dir` field) with
 `paxml.grain_input.LmTextInput`. The files are those of the allenai/c4
-`en/` release, decompressed: `c4-train.00000-of-01024.json` ... (JSON lines
-with a `text` field; `.jsonl` and `.array_record` work too). Tokens come
+`en/` release as they ship, `c4-train.00000-of-01024.json.gz` ..., or
+decompressed (`.json`): JSON lines with a `text` field (`.jsonl` and
+`.array_record` work too). Tokens come
 from Pax's GPT SentencePiece model `c4_en_301_5Mexp2_spm.model` when that
 file is in the folder (or `spm_model_path` names one), else from the
 input's `tokenizer` (bytes by default). Training packs documents into rows of
@@ -67,7 +68,7 @@ TaskConfig = model_params.TaskConfig
 C4_DATA_DIR_ENV = 'C4_DATA_DIR'
 GPT_EOS_ID = 1
 GPT_SPM_NAME = 'c4_en_301_5Mexp2_spm.model'
-_SUFFIXES = ('.json', '.jsonl', '.array_record')
+_SUFFIXES = ('.json', '.jsonl', '.json.gz', '.jsonl.gz', '.array_record')
 
 
 # ----------------------------------------------------------------------------
@@ -100,7 +101,8 @@ def c4_files(data_dir: str | None, split: str, max_files: int = 0
     raise ValueError(
         f'C4 data not found: set {C4_DATA_DIR_ENV} (or the input\'s data_dir '
         f'field) to a folder of the c4/en files c4-{split}.NNNNN-of-NNNNN'
-        f'.json (JSON lines, gunzipped) or .array_record, but {where}.')
+        f'.json.gz (as released), .json (gunzipped) or .array_record, but '
+        f'{where}.')
   return found[:max_files] if max_files > 0 else found
 
 
