@@ -9,6 +9,7 @@ import fiddle as fdl
 from jax import numpy as jnp
 from praxis import base_layer
 from praxis.layers import normalizations
+from praxis.layers.quantization import _materialize
 from praxis.layers.quantization import utils
 
 WeightHParams = base_layer.WeightHParams
@@ -58,14 +59,19 @@ def setup_lora(
    right_ind) = utils.get_lora_shape_and_eqn(
        list(weight_shape), layer.lora_rank, eqn, max_reduction=max_reduction)
   wt = getattr(layer, 'wt', layer.weight_split_dims_mapping.wt)
+  def mapping(m, shape):
+    return _materialize.declared_mapping(layer, m, len(shape))
+
   layer.create_variable('w_left', WeightHParams(
       shape=left_shape, mesh_shape=layer.mesh_shape, init=left_init,
-      tensor_split_dims_mapping=utils.get_left_weight_split_dims_mapping(
-          wt, left_ind)))
+      tensor_split_dims_mapping=mapping(
+          utils.get_left_weight_split_dims_mapping(wt, left_ind),
+          left_shape)))
   layer.create_variable('w_right', WeightHParams(
       shape=right_shape, mesh_shape=layer.mesh_shape, init=right_init,
-      tensor_split_dims_mapping=utils.get_right_weight_split_dims_mapping(
-          wt, right_ind)))
+      tensor_split_dims_mapping=mapping(
+          utils.get_right_weight_split_dims_mapping(wt, right_ind),
+          right_shape)))
   if layer.norm_order is not None:
     _setup_norm(layer, dims_in, dims_out)
 

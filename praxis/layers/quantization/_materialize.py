@@ -86,6 +86,15 @@ def named(
   return out
 
 
+def declared_mapping(layer: Any, mapping: Any, ndim: int) -> Any:
+  """`mapping` for a variable of rank `ndim`; without a mesh (where Pax
+  ignores shardings) a mapping of another rank is dropped."""
+  if (mapping is not None and layer.mesh_shape is None
+      and len(mapping) != ndim):
+    return None
+  return mapping
+
+
 def pspec(layer: Any, hparams: base_layer.WeightHParams) -> Any:
   """The `BoxedPartitionSpec` of a declaration (its mapping, else replicated)."""
   return _layer_quantization.weight_partition_spec(

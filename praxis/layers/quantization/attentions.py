@@ -93,8 +93,10 @@ class AttentionProjection(
     shape, scale_shape, self.wt = self._get_weight_scale_shape(
         self._block_size(), use_block
     )
-    hp = WeightHParams(shape=shape, mesh_shape=self.mesh_shape,
-                       tensor_split_dims_mapping=self.wt)
+    hp = WeightHParams(
+        shape=shape, mesh_shape=self.mesh_shape,
+        tensor_split_dims_mapping=_materialize.declared_mapping(
+            self, self.wt, len(shape)))
     self.set_up_weights(weight_name='w', weight_params=hp,
                         scale_shape=scale_shape)
     self.create_sparsity_variables('w', hp, scale_shape=scale_shape)
@@ -159,11 +161,11 @@ class AttentionProjection(
     w = self.theta.w
     dims = operations.eqn_to_weight_contract_dims(self._get_eqn())
     if self._block_size() > 0:
+      # As Pax: the blocked weight is reduced over the unblocked contraction
+      # dims (sub-channel weights are for materialization only; serving
+      # them is not supported).
       shape, _, _ = self._get_weight_scale_shape(self._block_size(), True)
       w = jnp.reshape(w, shape)
-      _, dims = operations.get_sub_channel_shape(
-          self._get_weight_scale_shape(0, False)[0], self._block_size(), dims
-      )
     q_w, q_s, zp = _materialize.quantize_tensor(
         self, w, dims, pack_dim=self._PACK_4BIT_DIM
     )
