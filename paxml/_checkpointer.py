@@ -27,6 +27,7 @@ from typing import Any
 from absl import logging
 from etils import epath
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 from paxml import _checkpoint_safety as safety
 from paxml import _preemption
@@ -163,7 +164,7 @@ class Checkpointer:
           logging.warning('Checkpoint %s has no commit marker and no state '
                           '(an unfinished or foreign directory): ignored.',
                           path)
-          safety.quarantine(path)
+          self._move_aside(path)
     self._good = {s for s, _ in safety.step_dirs(self._dir)}
     self.restored_from: epath.Path | None = None
     options = {'read_only': True, 'create': False} if read_only else {}
@@ -302,17 +303,26 @@ class Checkpointer:
     self.restored_from = step_dir
     return state, input_state
 
-  def _set_aside_newer(self, step: int) -> None:
-    """Going back to `step`: newer own checkpoints are renamed aside.
+  def _move_aside(self, path: epath.Path, why: str = 'damaged') -> None:
+    """Renames a step directory aside (process 0; the others skip it)."""
+    if self._read_only or jax.process_index() != 0:
+      return
+    try:
+      safety.quarantine(path, why)
+    except FileNotFoundError:  # Another process was first.
+      pass
+
+  def set_aside_newer(self, step: int) -> None:
+    """Training again from `step`: newer own checkpoints are renamed aside.
 
     Left in place they would block this run's saves (a step is never saved
     twice, nor below the newest) and a restart would resume from them.
     """
-    if self._read_only or jax.process_index() != 0:
+    if self._read_only:
       return
     newer = [(s, p) for s, p in safety.step_dirs(self._dir) if s > step]
     for s, path in newer:
-      safety.quarantine(path, 'superseded')
+      self._move_aside(path, 'superseded')
       self._good.discard(s)
     if newer:
       self._manager.reload()
@@ -354,7 +364,6 @@ class Checkpointer:
             f'--restore_checkpoint_step={step}: the checkpoint is damaged '
             f'({e}); choose another step (found: '
             f'{sorted(s for s, _, _ in candidates)}).') from e
-      self._set_aside_newer(int(step))
       return result
     skipped = []
     for s, path, own in candidates:
@@ -363,7 +372,7 @@ class Checkpointer:
       except CheckpointDamagedError as e:
         logging.warning('Checkpoint of step %d cannot be used: %s', s, e)
         if own and not self._read_only:
-          safety.quarantine(path)
+          self._move_aside(path)
           self._good.discard(s)
         skipped.append(s)
         continue
@@ -388,10 +397,14 @@ class Checkpointer:
 
     The run's own directory first; else the `restore_dir`'s.
     """
+    found = -1
     for s, path, _ in self._candidates():
       if safety.has_commit_marker(path):
-        return s
-    return None
+        found = s
+        break
+    if jax.process_count() > 1:  # Every process restores process 0's pick.
+      found = int(multihost_utils.broadcast_one_to_all(np.int64(found)))
+    return None if found < 0 else found
 
   def wait_until_finished(self) -> None:
     """Blocks until every started save is committed (raises its errors)."""

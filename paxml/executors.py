@@ -167,6 +167,8 @@ class DefaultExecutor(base_executor.BaseExecutor):
       return None
     state, input_state = self._checkpointer.restore(
         step, abstract_state=abstract_train_state(partitioner))
+    if step is not None:  # Going back: newer checkpoints would block saves.
+      self._checkpointer.set_aside_newer(step)
     if input_state is not None:
       self._train_input.set_state(input_state)
     logging.info('Restored the checkpoint of step %d.',
