@@ -91,16 +91,23 @@ _STATE_KEYS = ('seed', 'host', 'emitted', 'iterator')
 # ----------------------------------------------------------------------------
 
 
-def _json_text(raw: bytes | str, text_field: str, where: str) -> str:
+def _json_text(raw: bytes | str, text_field: str, where: str,
+               prompt_field: str = '') -> str | tuple[str, str]:
+  """The text of a JSON record, or (prompt, text) with `prompt_field`."""
   try:
     record = json.loads(raw)
   except ValueError as e:
     raise ValueError(f'{where}: not a JSON object ({e}).') from e
-  text = record.get(text_field) if isinstance(record, dict) else None
-  if isinstance(text, str):
-    return text
-  fields = sorted(record) if isinstance(record, dict) else type(record)
-  raise ValueError(f'{where}: no string field {text_field!r} (found {fields}).')
+  values = []
+  for field in ((prompt_field, text_field) if prompt_field else
+                (text_field,)):
+    text = record.get(field) if isinstance(record, dict) else None
+    if not isinstance(text, str):
+      fields = sorted(record) if isinstance(record, dict) else type(record)
+      raise ValueError(
+          f'{where}: no string field {field!r} (found {fields}).')
+    values.append(text)
+  return tuple(values) if prompt_field else values[0]
 
 
 def _document_spans(data: bytes | mmap.mmap, paragraphs: bool) -> list[Any]:
@@ -149,9 +156,13 @@ class TextFileSource:
   """
 
   def __init__(self, paths: Sequence[str], file_format: str,
-               text_field: str = 'text'):
+               text_field: str = 'text', prompt_field: str = ''):
     if file_format not in ('jsonl', 'lines', 'paragraphs'):
       raise ValueError(f'TextFileSource: unknown file_format {file_format!r}.')
+    if prompt_field and file_format != 'jsonl':
+      raise ValueError(f'TextFileSource: prompt_field needs records (JSONL), '
+                       f'not {file_format!r} files.')
+    self._prompt_field = prompt_field
     self._paths = list(paths)
     self._format = file_format
     self._text_field = text_field
@@ -178,7 +189,8 @@ class TextFileSource:
     if self._format != 'jsonl':
       return text.rstrip('\r')
     return _json_text(
-        text, self._text_field, f'{self._paths[file_index]}:{line}'
+        text, self._text_field, f'{self._paths[file_index]}:{line}',
+        self._prompt_field,
     )
 
   def __repr__(self) -> str:
@@ -189,23 +201,45 @@ class TextFileSource:
 class _JsonRecordSource:
   """The `text_field` of JSON records in an ArrayRecord data source."""
 
-  def __init__(self, paths: Sequence[str], text_field: str):
+  def __init__(self, paths: Sequence[str], text_field: str,
+               prompt_field: str = ''):
     self._records = grain.sources.ArrayRecordDataSource(list(paths))
     self._text_field = text_field
+    self._prompt_field = prompt_field
 
   def __len__(self) -> int:
     return len(self._records)
 
   def __getitem__(self, index: int) -> str:
     return _json_text(
-        self._records[index], self._text_field, f'ArrayRecord {index}'
+        self._records[index], self._text_field, f'ArrayRecord {index}',
+        self._prompt_field,
     )
 
   def __repr__(self) -> str:
     return f'_JsonRecordSource({self._records!r})'
 
 
-def _parquet_texts(paths: Sequence[str], text_field: str) -> list[str]:
+def _parquet_column(parquet: Any, pyarrow: Any, path: str, schema: Any,
+                    field: str, flag: str) -> list[str]:
+  """The strings of column `field` (None -> '')."""
+  if field not in schema.names:
+    raise ValueError(f'{path}: no column {field!r} ({flag}); '
+                     f'columns: {schema.names}.')
+  kind = schema.field(field).type
+  if not (pyarrow.types.is_string(kind) or pyarrow.types.is_large_string(kind)):
+    raise ValueError(f'{path}: column {field!r} ({flag}) holds {kind}, '
+                     'expected strings.')
+  try:
+    column = parquet.read_table(path, columns=[field])[field]
+  except (pyarrow.ArrowException, OSError) as e:
+    raise ValueError(f'{path}: cannot read column {field!r} ({e}).') from e
+  return [t if t is not None else '' for t in column.to_pylist()]
+
+
+def _parquet_texts(paths: Sequence[str], text_field: str,
+                   prompt_field: str = '') -> list[Any]:
+  """The texts (or (prompt, text) pairs) of the rows of Parquet files."""
   try:
     import pyarrow  # pylint: disable=g-import-not-at-top
     from pyarrow import parquet  # pylint: disable=g-import-not-at-top
@@ -219,31 +253,29 @@ def _parquet_texts(paths: Sequence[str], text_field: str) -> list[str]:
       schema = parquet.read_schema(path)
     except (pyarrow.ArrowException, OSError) as e:
       raise ValueError(f'{path}: not a readable Parquet file ({e}).') from e
-    if text_field not in schema.names:
-      raise ValueError(f'{path}: no column {text_field!r} (text_field); '
-                       f'columns: {schema.names}.')
-    if not pyarrow.types.is_string(schema.field(text_field).type) and (
-        not pyarrow.types.is_large_string(schema.field(text_field).type)):
-      raise ValueError(f'{path}: column {text_field!r} (text_field) holds '
-                       f'{schema.field(text_field).type}, expected strings.')
-    try:
-      column = parquet.read_table(path, columns=[text_field])[text_field]
-    except (pyarrow.ArrowException, OSError) as e:
-      raise ValueError(f'{path}: cannot read column {text_field!r} '
-                       f'({e}).') from e
-    texts.extend(t if t is not None else '' for t in column.to_pylist())
+    text = _parquet_column(parquet, pyarrow, path, schema, text_field,
+                           'text_field')
+    if prompt_field:
+      prompt = _parquet_column(parquet, pyarrow, path, schema, prompt_field,
+                               'prompt_field')
+      text = list(zip(prompt, text))
+    texts.extend(text)
   return texts
 
 
 def document_source(
-    paths: Sequence[str], file_format: str, text_field: str = 'text'
+    paths: Sequence[str], file_format: str, text_field: str = 'text',
+    prompt_field: str = '',
 ) -> Any:
-  """A random-access source (`len`, `[i]`) of the document texts in files."""
+  """A random-access source (`len`, `[i]`) of the document texts in files.
+
+  With `prompt_field`, each item is (prompt, text) instead of the text.
+  """
   if file_format == 'array_record':
-    return _JsonRecordSource(paths, text_field)
+    return _JsonRecordSource(paths, text_field, prompt_field)
   if file_format == 'parquet':
-    return _parquet_texts(paths, text_field)
-  return TextFileSource(paths, file_format, text_field)
+    return _parquet_texts(paths, text_field, prompt_field)
+  return TextFileSource(paths, file_format, text_field, prompt_field)
 
 
 def _format_of(path: str) -> str:
@@ -264,7 +296,8 @@ def _formats_of(paths: Sequence[str]) -> set[str]:
 
 
 def lm_example(
-    tokens: np.ndarray, bos_id: int | None, eos_id: int | None
+    tokens: np.ndarray, bos_id: int | None, eos_id: int | None,
+    num_prompt_tokens: int = 0,
 ) -> dict[str, np.ndarray] | None:
   """Next-token pairs of one document, or None when it has none.
 
@@ -272,10 +305,13 @@ def lm_example(
     tokens: The document's token ids.
     bos_id: Prepended when not None.
     eos_id: Appended when not None.
+    num_prompt_tokens: The first this many of `tokens` are a prompt: their
+      labels get loss weight 0 (the first completion token is a label).
 
   Returns:
-    {'pairs': int32 [n, 2]}: column 0 the inputs s[:-1], column 1 the labels
-    s[1:], where s is the document with its BOS and EOS.
+    {'pairs': int32 [n, 2], 'loss_weights': float32 [n]}: column 0 the
+    inputs s[:-1], column 1 the labels s[1:], where s is the document with
+    its BOS and EOS; the weight is 0 for labels inside the prompt.
   """
   seq = [np.asarray(tokens, np.int32).reshape(-1)]
   if bos_id is not None:
@@ -285,7 +321,11 @@ def lm_example(
   seq = np.concatenate(seq)
   if seq.size < 2:
     return None
-  return {'pairs': np.stack([seq[:-1], seq[1:]], axis=1)}
+  # Label j is s[j + 1]; the prompt spans s[:first_completion].
+  first_completion = int(bos_id is not None) + num_prompt_tokens
+  weights = (np.arange(1, seq.size) >= first_completion).astype(np.float32)
+  return {'pairs': np.stack([seq[:-1], seq[1:]], axis=1),
+          'loss_weights': weights}
 
 
 def _padded_row(example: dict[str, np.ndarray], seq_len: int):
@@ -295,6 +335,8 @@ def _padded_row(example: dict[str, np.ndarray], seq_len: int):
   valid = np.arange(seq_len) < n
   return {
       'pairs': np.pad(pairs, [(0, seq_len - n), (0, 0)]),
+      'loss_weights': np.pad(example['loss_weights'][:seq_len],
+                             [(0, seq_len - n)]),
       'segment_ids': valid.astype(np.int32),
       'segment_pos': np.where(valid, np.arange(seq_len), 0).astype(np.int32),
   }
@@ -303,6 +345,7 @@ def _padded_row(example: dict[str, np.ndarray], seq_len: int):
 def _packed_row(packed: dict[str, np.ndarray]):
   return {
       'pairs': packed['pairs'],
+      'loss_weights': packed['loss_weights'],
       'segment_ids': packed['pairs_segment_ids'],
       'segment_pos': packed['pairs_positions'],
   }
@@ -311,6 +354,7 @@ def _packed_row(packed: dict[str, np.ndarray]):
 def _empty_rows(seq_len: int) -> dict[str, np.ndarray]:
   return {
       'pairs': np.zeros([0, seq_len, 2], np.int32),
+      'loss_weights': np.zeros([0, seq_len], np.float32),
       'segment_ids': np.zeros([0, seq_len], np.int32),
       'segment_pos': np.zeros([0, seq_len], np.int32),
   }
@@ -324,7 +368,7 @@ def _lm_batch(rows: dict[str, np.ndarray], batch_size: int):
       ids=rows['pairs'][..., 0].astype(np.int32),
       labels=rows['pairs'][..., 1].astype(np.int32),
       paddings=1.0 - valid,
-      weights=valid,
+      weights=valid * rows['loss_weights'].astype(np.float32),
       segment_ids=segment_ids,
       segment_pos=rows['segment_pos'].astype(np.int32),
   )
@@ -370,6 +414,10 @@ class LmTextInput(base_input.BaseInput):
       string); the matches are sorted.
     file_format: One of FILE_FORMATS; '' picks it from the file extension.
     text_field: The field holding the text (JSONL, ArrayRecord, Parquet).
+    prompt_field: If set, the field holding a prompt that precedes the text
+      (instruction tuning): a row is [BOS] prompt text [EOS] and only the
+      labels of the text and EOS carry loss weight (`weights` 0 on the
+      prompt's labels; `paddings` still 0 there).
     seq_len: Tokens per row.
     tokenizer: Config of a `praxis.tokenizers.BaseTokenizer` (an instance is
       accepted too).
@@ -390,6 +438,7 @@ class LmTextInput(base_input.BaseInput):
   file_pattern: str | Sequence[str] | None = None
   file_format: str = ''
   text_field: str = 'text'
+  prompt_field: str = ''
   seq_len: int = 0
   tokenizer: pax_fiddle.Config[tokenizers.BaseTokenizer] = (
       pax_fiddle.template_field(tokenizers.ByteTokenizer)
@@ -420,7 +469,8 @@ class LmTextInput(base_input.BaseInput):
       raise self._error('file_format', f'must be one of {FILE_FORMATS}')
     self._vocab = self._build_tokenizer()
     self._documents = grain.MapDataset.source(
-        document_source(self._files, file_format, self.text_field)
+        document_source(self._files, file_format, self.text_field,
+                        self.prompt_field)
     )
     if not self.reset_for_eval and not len(self._host_documents()):
       raise self._error(
@@ -484,15 +534,21 @@ class LmTextInput(base_input.BaseInput):
     host = self.infeed_host_index if host is None else host
     return self._documents[host::self.num_infeed_hosts]
 
-  def _example(self, text: str) -> dict[str, np.ndarray] | None:
+  def _example(self, doc: str | tuple[str, str]
+               ) -> dict[str, np.ndarray] | None:
+    """The example of a document, or of a (prompt, completion) record."""
+    prompt, text = doc if isinstance(doc, tuple) else ('', doc)
     if not text.strip():
       return None
     vocab = self._vocab
     bos = (vocab.bos_id if vocab.bos_id >= 0 else vocab.pad_id)
+    prompt_ids = vocab.encode(prompt) if prompt else np.zeros([0], np.int32)
     return lm_example(
-        vocab.encode(text),
+        np.concatenate([np.asarray(prompt_ids, np.int32).reshape(-1),
+                        np.asarray(vocab.encode(text), np.int32).reshape(-1)]),
         bos if self.add_bos else None,
         vocab.eos_id if self.add_eos else None,
+        num_prompt_tokens=len(prompt_ids),
     )
 
   def _rows(self, host: int, seed: int) -> grain.IterDataset:
@@ -514,7 +570,7 @@ class LmTextInput(base_input.BaseInput):
       return examples.map(row).to_iter_dataset(options)
     packed = grain.experimental.ConcatThenSplitIterDataset(
         examples.to_iter_dataset(options),
-        length_struct={'pairs': self.seq_len},
+        length_struct={'pairs': self.seq_len, 'loss_weights': self.seq_len},
     )
     return packed.map(_packed_row)
 

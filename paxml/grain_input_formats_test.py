@@ -90,6 +90,49 @@ class GzipJsonlTest(absltest.TestCase):
       np.testing.assert_array_equal(x.ids, y.ids)
 
 
+class PromptMaskingTest(absltest.TestCase):
+
+  def _records(self, records, name='sft.jsonl'):
+    path = os.path.join(tempfile.mkdtemp(), name)
+    with open(path, 'w') as f:
+      for r in records:
+        f.write(json.dumps(r) + '\n')
+    return path
+
+  def test_prompt_labels_carry_no_weight(self):
+    path = self._records([{'prompt': 'ab', 'answer': 'c'}])
+    inp = _input(path, text_field='answer', prompt_field='prompt',
+                 pack=False, reset_for_eval=True, seq_len=6)
+    batch = inp.get_next()
+    # s = BOS a b c EOS; labels a b c EOS; a and b are the prompt's.
+    self.assertEqual(list(batch.labels[0][:4]), _byte_ids('abc')[1:])
+    np.testing.assert_array_equal(batch.weights[0], [0, 0, 1, 1, 0, 0])
+    np.testing.assert_array_equal(batch.paddings[0], [0, 0, 0, 0, 1, 1])
+
+  def test_packed_weights_stay_with_their_tokens(self):
+    path = self._records([{'q': 'ab', 't': 'c'}, {'q': 'd', 't': 'ef'}])
+    inp = _input(path, text_field='t', prompt_field='q', pack=True,
+                 reset_for_eval=True, seq_len=8, batch_size=1)
+    batch = inp.get_next()
+    want_labels = _byte_ids('abc')[1:] + _byte_ids('def')[1:]
+    self.assertEqual(list(batch.labels[0]), want_labels)
+    np.testing.assert_array_equal(batch.weights[0], [0, 0, 1, 1, 0, 1, 1, 1])
+
+  def test_lines_files_cannot_have_prompts(self):
+    path = os.path.join(tempfile.mkdtemp(), 'a.txt')
+    with open(path, 'w') as f:
+      f.write('x\n')
+    with self.assertRaisesRegex(ValueError, 'prompt_field needs records'):
+      _input(path, prompt_field='q')
+
+  def test_missing_prompt_field_is_named(self):
+    path = self._records([{'text': 'x'}])
+    inp = _input(path, prompt_field='q', reset_for_eval=True,
+                 num_read_threads=0)
+    with self.assertRaisesRegex(ValueError, "sft.jsonl:1: no string field 'q'"):
+      inp.get_next()
+
+
 class ParquetTest(absltest.TestCase):
 
   def setUp(self):
@@ -110,6 +153,13 @@ class ParquetTest(absltest.TestCase):
     batch = inp.get_next()  # None is an empty document, skipped.
     self.assertEqual(list(batch.labels[0][:3]), _byte_ids('ab')[1:])
     self.assertEqual(list(batch.labels[1][:2]), _byte_ids('c')[1:])
+
+  def test_prompt_column(self):
+    path = self._write('p.parquet', self.pa.table(
+        {'prompt': ['ab'], 'text': ['c']}))
+    inp = _input(path, prompt_field='prompt', pack=False,
+                 reset_for_eval=True, seq_len=4, batch_size=1)
+    np.testing.assert_array_equal(inp.get_next().weights[0], [0, 0, 1, 1])
 
   def test_missing_column_names_file_and_field(self):
     path = self._write('d.parquet', self.pa.table({'body': ['ab']}))
