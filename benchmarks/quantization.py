@@ -12,6 +12,9 @@ then quantizes its transformer layers and shared softmax/embedding with
 * int8 weights + int8 activations (dynamic per-token activation scales),
 * and (`--qat`, default on) a second run of the same steps trained with int8
   fake quantization (`quantize.for_transformer`, QAT), served as int8,
+* and (`--sparse`, default on) a third run with 2:4 sparse feed-forward
+  weights (`tasks.demo.pydoc_lm_quant.PydocTransformerLmSparse`), whose masks
+  are checked to keep exactly 2 of every 4 weights,
 
 writes each quantized checkpoint and prints, in one table: the bytes of the
 model variables and of the written checkpoint directories, the eval
@@ -26,15 +29,17 @@ import tempfile
 from absl import app
 from absl import flags
 from etils import epath
+import jax
 import jax.numpy as jnp
+import numpy as np
 from paxml import checkpoints
 from paxml import train
 from paxml import train_states
 from paxml.tasks.demo import pydoc_lm
+from paxml.tasks.demo import pydoc_lm_quant
 from paxml.tools import quantize_checkpoint_lib as lib
 from praxis import base_layer
 from praxis.layers.quantization import quantization_hparams as qh
-from praxis.layers.quantization import quantize
 
 _TRAIN_STEPS = flags.DEFINE_integer('train_steps', 300, 'Training steps.')
 _JOB_LOG_DIR = flags.DEFINE_string(
@@ -42,18 +47,14 @@ _JOB_LOG_DIR = flags.DEFINE_string(
 _QAT = flags.DEFINE_bool(
     'qat', True, 'Also train the same steps with int8 fake quantization '
     '(quantize.for_transformer, QAT) and serve it as int8.')
+_SPARSE = flags.DEFINE_bool(
+    'sparse', True, 'Also train the same steps with 2:4 sparse feed-forward '
+    'weights and check the masks.')
 _EVAL_BATCHES = flags.DEFINE_integer(
     'eval_batches', None, 'Eval batches (default: the whole test split).')
 
 
-def _experiment(steps: int, qat: bool = False):
-  base = pydoc_lm.PydocTransformerLm
-  if qat:  # Fake-quant (FQ) int8 training of the transformer layers.
-    base = quantize.for_transformer(
-        num_bits=8, quantization_type=qh.QuantizationType.FQ,
-        mode=qh.QuantizationMode.TRAINING, quantize_embedding_softmax=True)(
-            base)
-
+def _experiment(steps: int, base: type = pydoc_lm.PydocTransformerLm):
   class Short(base):
     NUM_TRAIN_STEPS = steps
     WARMUP_STEPS = max(1, min(100, steps // 10))
@@ -116,6 +117,10 @@ def main(argv) -> None:
 
   if _QAT.value:
     rows.append(_qat_row(job_dir, batch))
+  sparse_note = ''
+  if _SPARSE.value:
+    row, sparse_note = _sparse_row(job_dir, batch)
+    rows.append(row)
   results = []
   for label, model, variables, disk in rows:
     pplx = lib.eval_log_pplx(model, variables, eval_p, _EVAL_BATCHES.value)
@@ -135,12 +140,15 @@ def main(argv) -> None:
     print(f'{label:<18} {nbytes:>10} {nbytes / base_bytes:>8.3f} {disk:>11} '
           f'{pplx:>9.4f} {100 * (pplx - base_pplx) / base_pplx:>+8.2f}% '
           f'{tps:>13.1f}')
+  if sparse_note:
+    print(sparse_note)
 
 
 def _qat_row(job_dir: pathlib.Path, batch):
   """Trains with int8 fake quant, then serves the materialized int8 model."""
   qat_dir = job_dir / 'qat'
-  experiment = _experiment(_TRAIN_STEPS.value, qat=True)
+  experiment = _experiment(_TRAIN_STEPS.value,
+                           pydoc_lm_quant.PydocTransformerLmQat)
   if checkpoints.retrieve_latest_checkpoint_step_if_exists(
       qat_dir / 'checkpoints') is None:
     train.train_and_evaluate(experiment, qat_dir,
@@ -161,8 +169,34 @@ def _qat_row(job_dir: pathlib.Path, batch):
   return ('QAT int8 (FQ)', inf, int_vars, _dir_bytes(out_dir / 'checkpoints'))
 
 
+def _sparse_row(job_dir: pathlib.Path, batch):
+  """Trains with 2:4 sparse FFN weights; checks every mask is 2:4."""
+  sparse_dir = job_dir / 'sparse_2_4'
+  experiment = _experiment(_TRAIN_STEPS.value,
+                           pydoc_lm_quant.PydocTransformerLmSparse)
+  if checkpoints.retrieve_latest_checkpoint_step_if_exists(
+      sparse_dir / 'checkpoints') is None:
+    train.train_and_evaluate(experiment, sparse_dir,
+                             enable_async_checkpointing=False)
+  model = base_layer.instantiate(experiment.task().model)
+  variables, step = lib.restore_float_variables(model, batch,
+                                                sparse_dir / 'checkpoints')
+  _save_float(variables, step, sparse_dir / 'model_only')
+  n, m = experiment.SPARSITY_N_M
+  masks = [(path, leaf) for path, leaf in
+           jax.tree_util.tree_flatten_with_path(variables)[0]
+           if 'sparsity_mask' in jax.tree_util.keystr(path)]
+  # Order C: groups of M run down each column (the contraction dim).
+  ok = all(np.all(np.asarray(mask).T.reshape(-1, m).sum(axis=1) == n)
+           for _, mask in masks)
+  kept = np.mean([np.asarray(mask).mean() for _, mask in masks])
+  note = (f'{n}:{m} sparse FFN: {len(masks)} masks, every group of {m} keeps '
+          f'exactly {n}: {ok}; kept fraction {kept:.3f}.')
+  return (f'{n}:{m} sparse FFN', model, variables,
+          _dir_bytes(sparse_dir / 'model_only')), note
+
+
 def jax_backend() -> str:
-  import jax  # pylint: disable=g-import-not-at-top
   return f'jax {jax.__version__} on {jax.default_backend()}'
 
 
