@@ -15,6 +15,9 @@ starts from the imported checkpoint with `--restore_checkpoint_dir`:
 
 The loss is the causal-LM loss on every real token of the packed rows
 (padding has weight 0; documents in one row do not attend to each other).
+With `PROMPT_FIELD` (instruction data: records with a prompt and a
+completion) the prompt's tokens are context only: their labels have weight
+0, so the model learns the completions.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class HfCausalLm(base_experiment.BaseExperiment):
   TRAIN_FILES: str | None = None
   EVAL_FILES: str | None = None
   TEXT_FIELD = 'text'
+  PROMPT_FIELD = ''
   SEQ_LEN = 512
   BATCH_SIZE = 4
   LEARNING_RATE = 1e-5
@@ -127,11 +131,15 @@ class HfCausalLm(base_experiment.BaseExperiment):
   def _input(self, files: str, is_training: bool) -> Any:
     return pax_fiddle.Config(
         grain_input.LmTextInput, name='train' if is_training else 'eval',
-        file_pattern=files, text_field=self.TEXT_FIELD, seq_len=self.SEQ_LEN,
+        file_pattern=files, text_field=self.TEXT_FIELD,
+        prompt_field=self.PROMPT_FIELD, seq_len=self.SEQ_LEN,
         batch_size=self.BATCH_SIZE, is_training=is_training,
         reset_for_eval=not is_training, tokenizer=self.tokenizer())
 
   def datasets(self) -> list[Any]:
+    if self.TRAIN_FILES or self.EVAL_FILES:
+      tok = hf_tokenizer.HfTokenizer(model_dir=self.model_dir())
+      hf_tokenizer.check_vocab(tok, self.spec().vocab_size, self.model_dir())
     out = []
     if self.TRAIN_FILES:
       out.append(self._input(self.TRAIN_FILES, True))
