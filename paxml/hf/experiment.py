@@ -32,6 +32,7 @@ from paxml import grain_input
 from paxml import tasks_lib
 from paxml.hf import tokenizer as hf_tokenizer
 from praxis import base_input
+from praxis import decoder_hparams
 from praxis import optimizers
 from praxis import pax_fiddle
 from praxis import py_utils
@@ -74,6 +75,8 @@ class HfCausalLm(base_experiment.BaseExperiment):
   HF_MODEL_DIR: str | None = None
   TRAIN_FILES: str | None = None
   EVAL_FILES: str | None = None
+  DECODE_FILES: str | None = None
+  MAX_DECODE_STEPS = 32
   TEXT_FIELD = 'text'
   PROMPT_FIELD = ''
   SEQ_LEN = 512
@@ -105,6 +108,7 @@ class HfCausalLm(base_experiment.BaseExperiment):
     task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='hf_task')
     task_p.model = pax_fiddle.Config(models.LanguageModel, name='hf_lm',
                                      lm_tpl=hf.lm_config(self.spec()))
+    task_p.model.decoder_tpl = self.decoder()
     train = task_p.train
     train.num_train_steps = self.NUM_TRAIN_STEPS
     train.save_interval_steps = self.CHECKPOINT_EVERY_N_STEPS
@@ -118,6 +122,15 @@ class HfCausalLm(base_experiment.BaseExperiment):
         clip_gradient_norm_to_value=1.0,
         lr_schedule=self._schedule())
     return task_p
+
+  def decoder(self) -> decoder_hparams.GreedyDecoderHParams:
+    """Greedy decoding of up to MAX_DECODE_STEPS tokens after each prompt."""
+    eos = hf.read_config(self.model_dir()).get('eos_token_id')
+    eos = eos if eos is not None else -1
+    return decoder_hparams.GreedyDecoderHParams(
+        seqlen=self.SEQ_LEN + self.MAX_DECODE_STEPS,
+        max_decode_steps=self.MAX_DECODE_STEPS, fprop_for_prefix=True,
+        eos_id=eos)
 
   def _schedule(self) -> Any:
     """Linear warm-up over WARMUP_STEPS, then the constant LEARNING_RATE."""
@@ -146,6 +159,14 @@ class HfCausalLm(base_experiment.BaseExperiment):
     if self.EVAL_FILES:
       out.append(self._input(self.EVAL_FILES, False))
     return out
+
+  def decoder_datasets(self) -> list[Any]:
+    """The prompts of DECODE_FILES, one a row (--mode=decode)."""
+    if not self.DECODE_FILES:
+      return []
+    p = self._input(self.DECODE_FILES, False).set(
+        name='decode', pack=False, add_eos=True)  # ids: [BOS] prompt.
+    return [p]
 
   def get_input_specs_provider_params(self) -> Any:
     return pax_fiddle.Config(LmInputSpecs, batch_size=self.BATCH_SIZE,

@@ -66,7 +66,7 @@ class HfTokenizerTest(absltest.TestCase):
 
 class HfCausalLmTest(absltest.TestCase):
 
-  def _model_dir(self, torch, transformers, extra_words=0):
+  def _model_dir(self, torch, transformers, extra_words=0, scale=0.0):
     directory = tempfile.mkdtemp()
     config = transformers.LlamaConfig(
         vocab_size=16, hidden_size=16, intermediate_size=24,
@@ -75,6 +75,9 @@ class HfCausalLmTest(absltest.TestCase):
     config.architectures = ['LlamaForCausalLM']
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # Larger weights: distinct greedy continuations.
+      for p in model.parameters():
+        p.add_(torch.randn_like(p) * scale)
     model.save_pretrained(directory)
     _word_tokenizer(directory, extra_words)
     return directory, model
@@ -112,6 +115,39 @@ class HfCausalLmTest(absltest.TestCase):
           rngs={'dropout': jax.random.PRNGKey(0)})
     got = float(metrics['avg_xent'][0])
     self.assertAlmostEqual(got, want, places=5)
+
+  def test_greedy_decode_equals_transformers_generate(self):
+    torch = pytest.importorskip('torch')
+    transformers = pytest.importorskip('transformers')
+    directory, model = self._model_dir(torch, transformers, scale=0.3)
+    prompts = os.path.join(directory, 'prompts.jsonl')
+    with open(prompts, 'w') as f:
+      for text in ('the cat sat', 'a dog ran to the'):
+        f.write(json.dumps({'text': text}) + '\n')
+
+    class Exp(experiment.HfCausalLm):
+      HF_MODEL_DIR = directory
+      DECODE_FILES = prompts
+      SEQ_LEN = 8
+      BATCH_SIZE = 2
+      MAX_DECODE_STEPS = 5
+
+    exp = Exp()
+    batch = base_hyperparams.instantiate(exp.decoder_datasets()[0]).get_next()
+    task = base_hyperparams.instantiate(exp.task())
+    variables = {'params': {'lm': hf.import_variables(directory)['params']}}
+    with base_layer.JaxContext.new_context():
+      (_, results, _), _ = task.model.apply(
+          variables, py_utils.NestedMap(jax.tree.map(jnp.asarray, batch)),
+          method=task.model.decode, mutable=[base_layer.DECODE_CACHE])
+    for i, (row, pad) in enumerate(zip(batch.ids, batch.paddings)):
+      prompt = row[pad == 0].astype(np.int64)
+      want = model.generate(torch.tensor(prompt[None]), max_new_tokens=5,
+                            do_sample=False, eos_token_id=2,
+                            pad_token_id=0).numpy()[0]
+      length = int(np.asarray(results.decode_lengths)[i, 0])
+      got = np.asarray(results.output_ids)[i, 0, :length]
+      np.testing.assert_array_equal(got, want)
 
   def test_tokenizer_larger_than_the_model_is_refused(self):
     torch = pytest.importorskip('torch')
