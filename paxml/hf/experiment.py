@@ -160,7 +160,7 @@ class HfCausalLm(base_experiment.BaseExperiment):
       out.append(self._input(self.EVAL_FILES, False))
     return out
 
-  def decoder_datasets(self) -> list[Any]:
+  def decode_datasets(self) -> list[Any]:
     """The prompts of DECODE_FILES, one a row (--mode=decode)."""
     if not self.DECODE_FILES:
       return []

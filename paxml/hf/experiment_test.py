@@ -133,7 +133,7 @@ class HfCausalLmTest(absltest.TestCase):
       MAX_DECODE_STEPS = 5
 
     exp = Exp()
-    batch = base_hyperparams.instantiate(exp.decoder_datasets()[0]).get_next()
+    batch = base_hyperparams.instantiate(exp.decode_datasets()[0]).get_next()
     task = base_hyperparams.instantiate(exp.task())
     variables = {'params': {'lm': hf.import_variables(directory)['params']}}
     with base_layer.JaxContext.new_context():
