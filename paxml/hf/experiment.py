@@ -6,7 +6,10 @@ Public: `HfCausalLm`, `LmInputSpecs`.
 (`HF_MODEL_DIR`, holding config.json and the tokenizer) next to the
 checkpoint. Fine-tuning sets the data (`TRAIN_FILES`, `EVAL_FILES`: JSON
 Lines, .json.gz, Parquet or ArrayRecord, read by `paxml.grain_input`) and
-starts from the imported checkpoint with `--restore_checkpoint_dir`:
+starts from the imported checkpoint with `--restore_checkpoint_dir` (the
+same train state), or with `INIT_FROM_CHECKPOINT` (Pax's
+`init_from_checkpoint_rules`: a model with more variables, e.g. LoRA
+adapters, or another optimizer):
 
   class MyFinetune(HfCausalLm):
     HF_MODEL_DIR = '/models/llama_pax/hf'
@@ -77,6 +80,8 @@ class HfCausalLm(base_experiment.BaseExperiment):
   EVAL_FILES: str | None = None
   DECODE_FILES: str | None = None
   MAX_DECODE_STEPS = 32
+  INIT_FROM_CHECKPOINT: str | None = None
+  INIT_IGNORE_RULES: tuple[str, ...] = ()
   TEXT_FIELD = 'text'
   PROMPT_FIELD = ''
   SEQ_LEN = 512
@@ -109,6 +114,9 @@ class HfCausalLm(base_experiment.BaseExperiment):
     task_p.model = pax_fiddle.Config(models.LanguageModel, name='hf_lm',
                                      lm_tpl=hf.lm_config(self.spec()))
     task_p.model.decoder_tpl = self.decoder()
+    if self.INIT_FROM_CHECKPOINT:
+      task_p.train.init_from_checkpoint_rules = {
+          self.INIT_FROM_CHECKPOINT: self._init_rules()}
     train = task_p.train
     train.num_train_steps = self.NUM_TRAIN_STEPS
     train.save_interval_steps = self.CHECKPOINT_EVERY_N_STEPS
@@ -122,6 +130,21 @@ class HfCausalLm(base_experiment.BaseExperiment):
         clip_gradient_norm_to_value=1.0,
         lr_schedule=self._schedule())
     return task_p
+
+  def _init_rules(self) -> tasks_lib.CheckpointLoadingRules:
+    """Start from the imported checkpoint; new variables keep their init.
+
+    Unlike `--restore_checkpoint_dir` (which needs the very same train
+    state), this loads the imported model's variables into a model that
+    has more (LoRA adapters: name them in INIT_IGNORE_RULES) or another
+    optimizer, and starts at step 0 with fresh optimizer states.
+    """
+    imported = HfCausalLm()
+    imported.HF_MODEL_DIR = self.model_dir()
+    return tasks_lib.CheckpointLoadingRules(
+        task_p=HfCausalLm.task(imported), load_rules=[(r'(.*)', '{}')],
+        ignore_rules=list(self.INIT_IGNORE_RULES),
+        input_specs_provider_p=imported.get_input_specs_provider_params())
 
   def decoder(self) -> decoder_hparams.GreedyDecoderHParams:
     """Greedy decoding of up to MAX_DECODE_STEPS tokens after each prompt."""

@@ -179,18 +179,28 @@ class FineTuneTest(absltest.TestCase):
           'class Ft(hf_experiment.Imported):\n'
           f'  TRAIN_FILES = {data!r}\n'
           '  SEQ_LEN = 8\n  BATCH_SIZE = 2\n  NUM_TRAIN_STEPS = 2\n'
-          '  CHECKPOINT_EVERY_N_STEPS = 2\n')
+          '  CHECKPOINT_EVERY_N_STEPS = 2\n'
+          '@experiment_registry.register\n'
+          'class FtInit(Ft):\n'
+          f'  INIT_FROM_CHECKPOINT = {imported + "/checkpoints"!r}\n')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [imported, root, os.environ.get('PYTHONPATH', '')]))
+
+    def train(exp, job, *flags):
+      run = subprocess.run(
+          [sys.executable, '-m', 'paxml.main', f'--exp=ft.{exp}',
+           f'--job_log_dir={job}', *flags], env=env, capture_output=True,
+          text=True, timeout=300, check=False)
+      self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+      self.assertIn('checkpoint_00000002', os.listdir(f'{job}/checkpoints'))
+      return run.stderr
+
     job = os.path.join(root, 'job')
-    run = subprocess.run(
-        [sys.executable, '-m', 'paxml.main', '--exp=ft.Ft',
-         f'--job_log_dir={job}',
-         f'--restore_checkpoint_dir={imported}/checkpoints'],
-        env=env, capture_output=True, text=True, timeout=300, check=False)
-    self.assertEqual(run.returncode, 0, run.stderr[-3000:])
-    self.assertIn('Restored the checkpoint of step 0', run.stderr)
-    self.assertIn('checkpoint_00000002', os.listdir(f'{job}/checkpoints'))
+    log = train('Ft', job, f'--restore_checkpoint_dir={imported}/checkpoints')
+    self.assertIn('Restored the checkpoint of step 0', log)
+    # Pax's init_from_checkpoint_rules: all 21 variables of the 2-layer model.
+    log = train('FtInit', os.path.join(root, 'job_init'))
+    self.assertIn(f'Loaded 21 variables from {imported}/checkpoints', log)
     # The fine-tuned checkpoint exports, with the imported hf/ files.
     out = lib.export_model(f'{job}/checkpoints', os.path.join(root, 'out'),
                            hf_model_dir=os.path.join(imported, 'hf'))
