@@ -36,8 +36,8 @@ Grain iterator state, so a restored input continues the exact stream.
 File formats (`FILE_FORMATS`, chosen from the extension unless
 `file_format` is set): 'jsonl' (.jsonl/.json: one JSON object a line, the
 text in `text_field`), 'lines' (any other extension: one document a
-non-blank line), 'paragraphs' (documents separated by blank lines); each of these three also
-gzipped (`.gz`, e.g. C4's `c4-train.00000-of-01024.json.gz`),
+non-blank line), 'paragraphs' (documents separated by blank lines); each of these three
+also gzipped (`.gz`, e.g. C4's `c4-train.00000-of-01024.json.gz`),
 'array_record' (.array_record: records are JSON objects, as JSONL lines) and
 'parquet' (.parquet: the `text_field` column; needs pyarrow).
 

@@ -53,7 +53,6 @@ class ModelSpec:
       informational.
     attention_bias: Biases in the attention projections.
     mlp_bias: Biases in the feed-forward projections.
-    extra: Other config.json fields that the export writes back.
   """
 
   family: str
@@ -75,7 +74,6 @@ class ModelSpec:
   max_positions: int = 2048
   attention_bias: bool = False
   mlp_bias: bool = False
-  extra: tuple[tuple[str, Any], ...] = ()
 
 
 def _norm(spec: ModelSpec) -> pax_fiddle.Config:

@@ -112,7 +112,8 @@ def _safetensor_files(model_dir: str) -> list[str]:
     except (ValueError, KeyError, TypeError) as e:
       raise ValueError(f'{index}: not a safetensors index (expected JSON '
                        f'with "weight_map"): {e}') from e
-    return [os.path.join(model_dir, f) for f in sorted(set(weight_map.values()))]
+    names = sorted(set(weight_map.values()))
+    return [os.path.join(model_dir, f) for f in names]
   single = os.path.join(model_dir, SINGLE_FILE)
   if os.path.exists(single):
     return [single]

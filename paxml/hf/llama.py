@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from absl import logging
+
 from paxml.hf import _model
 from paxml.hf import _weights
 
@@ -72,7 +74,14 @@ def spec_from_config(config: dict[str, Any],
                      source: str) -> _model.ModelSpec:
   """The ModelSpec of a Llama or Mistral config.json."""
   family = _FAMILY[config['architectures'][0]]
-  return common_spec(config, source, family)
+  spec = common_spec(config, source, family)
+  window = config.get('sliding_window')
+  if family == 'mistral' and window and window < spec.max_positions:
+    logging.warning(
+        '%s: sliding_window=%d is not applied: the imported model attends '
+        'over the whole context (equal to Mistral up to %d tokens).',
+        source, window, window)
+  return spec
 
 
 def config_from_spec(spec: _model.ModelSpec) -> dict[str, Any]:

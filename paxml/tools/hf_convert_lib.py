@@ -47,7 +47,7 @@ _WEIGHT_SUFFIXES = ('.safetensors', '.bin', '.pt', '.pth', '.ckpt', '.h5',
                     '.msgpack', '.gguf')
 _DTYPES = {'float32': np.float32, 'bfloat16': ml_dtypes.bfloat16,
            'float16': np.float16}
-_EXPERIMENT_TEMPLATE = '''"""Experiment of the Hugging Face model imported into this directory."""
+_EXPERIMENT_TEMPLATE = '''"""The experiment of the imported Hugging Face model."""
 
 from paxml import experiment_registry
 from paxml.hf import experiment
