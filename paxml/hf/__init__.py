@@ -1,7 +1,8 @@
 """Hugging Face checkpoints <-> Pax models (Llama, Mistral, Gemma, GPT-2).
 
-Public: ARCHITECTURES, read_config, family, model_spec, lm_config,
-import_variables, export_tensors, nest, flatten.
+Public: ARCHITECTURES, ModelSpec, read_config, family, model_spec,
+lm_config, import_variables, export_tensors, config_from_spec, nest,
+flatten.
 
   spec = hf.model_spec(hf.read_config(model_dir), model_dir)
   lm_p = hf.lm_config(spec)                  # a TransformerLm config

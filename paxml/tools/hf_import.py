@@ -2,11 +2,11 @@ r"""Imports a Hugging Face model directory as a Pax experiment + checkpoint.
 
   python -m paxml.tools.hf_import --hf_dir=/models/Llama-3.2-1B \
       --output_dir=/tmp/llama_pax
-  # Then, for instance, fine-tune it on your data:
-  PYTHONPATH=/tmp/llama_pax python -m paxml.main \
-      --exp=hf_experiment.Imported --job_log_dir=/tmp/llama_ft \
-      --restore_checkpoint_dir=/tmp/llama_pax/checkpoints \
-      --fdl_set=... (or subclass hf_experiment.Imported, see README)
+  # Then fine-tune it on your data (see tasks/lm/params/hf_finetune.py):
+  PAX_HF_MODEL_DIR=/tmp/llama_pax/hf PAX_TRAIN_FILES='/data/*.jsonl.gz' \
+  python -m paxml.main --exp=tasks.lm.params.hf_finetune.HfFinetune \
+      --job_log_dir=/tmp/llama_ft \
+      --restore_checkpoint_dir=/tmp/llama_pax/checkpoints
 
 Supported: LlamaForCausalLM (GQA, rope_scaling linear/llama3),
 MistralForCausalLM, GemmaForCausalLM, GPT2LMHeadModel, from safetensors.
