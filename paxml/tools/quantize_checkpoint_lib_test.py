@@ -17,12 +17,16 @@ from praxis.layers import transformers
 from praxis.layers.quantization import quantization_hparams as qh
 
 
-def _model_p():
+def _model_p(repeated=False):
   lm = pax_fiddle.Config(transformer_models.TransformerLm, model_dims=16,
                          vocab_size=32)
   lm.stacked_transformer_tpl = pax_fiddle.Config(
       transformers.StackedTransformer, num_layers=1, model_dims=16,
       hidden_dims=32, num_heads=2)
+  if repeated:
+    lm.stacked_transformer_tpl = pax_fiddle.Config(
+        transformers.StackedTransformerRepeated, x_times=2,
+        block=lm.stacked_transformer_tpl)
   return pax_fiddle.Config(
       models.LanguageModel, name='lm', lm_tpl=lm,
       decoder_tpl=decoder_hparams.GreedyDecoderHParams(
@@ -73,6 +77,28 @@ class QuantizeCheckpointTest(test_utils.TestCase):
     # A quantized checkpoint does not load into the float config.
     with self.assertRaisesRegex(ValueError, 'quantized checkpoint'):
       lib.restore_float_variables(float_model, batch, tmp + '/checkpoints')
+
+  def test_repeated_stack(self):
+    model_p, batch = _model_p(repeated=True), _batch()
+    float_model = base_layer.instantiate(model_p)
+    with base_layer.JaxContext.new_context():
+      float_vars = {
+          'params': float_model.init(jax.random.PRNGKey(0), batch)['params']}
+    options = lib.QuantizeOptions()
+    mat = base_layer.instantiate(lib.quantized_model_config(
+        model_p, options, qh.QuantizationMode.MATERIALIZE))
+    inf = base_layer.instantiate(lib.quantized_model_config(
+        model_p, options, qh.QuantizationMode.INFERENCE))
+    int_vars = lib.materialize(mat, float_vars)  # Through Repeat's scan.
+    tmp = tempfile.mkdtemp()
+    lib.save_quantized(inf, batch, int_vars, 1, tmp, options)
+    served = lib.restore_quantized(inf, batch, tmp)
+    with base_layer.JaxContext.new_context(
+        hparams=base_layer.JaxContext.HParams(do_eval=True)):
+      f_metrics, _ = float_model.apply(float_vars, batch)
+      q_metrics, _ = inf.apply(served, batch)
+    self.assertAllClose(float(q_metrics['log_pplx'][0]),
+                        float(f_metrics['log_pplx'][0]), rtol=0.01)
 
   def test_bad_bits(self):
     with self.assertRaisesRegex(ValueError, 'num_bits'):
