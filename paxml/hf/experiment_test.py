@@ -6,6 +6,7 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,15 +65,28 @@ class HfTokenizerTest(absltest.TestCase):
       hf_tokenizer.HfTokenizer(model_dir=tempfile.mkdtemp())
 
 
-class HfCausalLmTest(absltest.TestCase):
-
-  def _model_dir(self, torch, transformers, extra_words=0, scale=0.0):
-    directory = tempfile.mkdtemp()
-    config = transformers.LlamaConfig(
+_ARCHS = {
+    'llama': ('LlamaConfig', 'LlamaForCausalLM', dict(
         vocab_size=16, hidden_size=16, intermediate_size=24,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    config.architectures = ['LlamaForCausalLM']
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)),
+    'gemma': ('GemmaConfig', 'GemmaForCausalLM', dict(
+        vocab_size=16, hidden_size=16, intermediate_size=24,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=8)),
+    'gpt2': ('GPT2Config', 'GPT2LMHeadModel', dict(
+        vocab_size=16, n_embd=16, n_layer=2, n_head=4, n_positions=32)),
+}
+
+
+class HfCausalLmTest(parameterized.TestCase):
+
+  def _model_dir(self, torch, transformers, extra_words=0, scale=0.0,
+                 arch='llama'):
+    directory = tempfile.mkdtemp()
+    config_cls, name, kwargs = _ARCHS[arch]
+    config = getattr(transformers, config_cls)(
+        **kwargs, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config.architectures = [name]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():  # Larger weights: distinct greedy continuations.
@@ -116,10 +130,12 @@ class HfCausalLmTest(absltest.TestCase):
     got = float(metrics['avg_xent'][0])
     self.assertAlmostEqual(got, want, places=5)
 
-  def test_greedy_decode_equals_transformers_generate(self):
+  @parameterized.parameters('llama', 'gemma', 'gpt2')
+  def test_greedy_decode_equals_transformers_generate(self, arch):
     torch = pytest.importorskip('torch')
     transformers = pytest.importorskip('transformers')
-    directory, model = self._model_dir(torch, transformers, scale=0.3)
+    directory, model = self._model_dir(torch, transformers, scale=0.3,
+                                       arch=arch)
     prompts = os.path.join(directory, 'prompts.jsonl')
     with open(prompts, 'w') as f:
       for text in ('the cat sat', 'a dog ran to the'):

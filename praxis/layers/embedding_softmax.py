@@ -1088,13 +1088,14 @@ class TrainablePositionalEmbedding(PositionalEmbedding):
   ) -> JTensor:
     """[1, seq_length, D] rows of `emb_var`, or [B, T, D] for `position`."""
     position = self._positions(seq_length, position)
-    seq_length = seq_length or position.shape[1]
-    if seq_length > self.max_seq_length:
+    if seq_length is None and self.lookup_style == 'matmul':
+      seq_length = position.shape[1]  # As Pax; 'index' reads the whole table.
+    if seq_length is not None and seq_length > self.max_seq_length:
       raise ValueError(
           f'TrainablePositionalEmbedding {self.name!r}: seq_length '
           f'{seq_length} exceeds `max_seq_length`={self.max_seq_length}.'
       )
-    table = self.theta.emb_var[:seq_length]
+    table = self.theta.emb_var[:seq_length]  # [:None]: the whole table.
     embs = embedding_lookup(table, position.astype(jnp.int32),
                             self.lookup_style)
     return base_layer.maybe_shard(
