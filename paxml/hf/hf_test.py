@@ -86,6 +86,23 @@ class LogitsTest(parameterized.TestCase):
     self.assertGreater(np.abs(want).max(), 0.1)  # Not a trivial model.
 
 
+class ShardedCheckpointTest(absltest.TestCase):
+
+  def test_sharded_safetensors_import_like_one_file(self):
+    torch = pytest.importorskip('torch')
+    transformers = pytest.importorskip('transformers')
+    _, cls, kwargs, arch = _hf_configs()[2]
+    one, sharded = tempfile.mkdtemp(), tempfile.mkdtemp()
+    model = _save_random_hf_model(transformers, torch, cls, kwargs, arch, one)
+    model.save_pretrained(sharded, max_shard_size='20KB')
+    self.assertIn('model.safetensors.index.json', os.listdir(sharded))
+    want = hf.flatten(hf.import_variables(one))
+    got = hf.flatten(hf.import_variables(sharded))
+    self.assertEqual(sorted(want), sorted(got))
+    for name, value in want.items():
+      np.testing.assert_array_equal(got[name], value)
+
+
 class RopeTest(absltest.TestCase):
 
   def test_default_and_linear_frequencies(self):
