@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import pathlib
 import pprint
+import re
 import sys
 import traceback
 from typing import Any, Mapping, Sequence
@@ -162,6 +164,40 @@ def _import_experiment_module(module: str) -> bool:
   return False
 
 
+def _import_catalogue_modules(name: str) -> bool:
+  """Imports the modules of the catalogue (`paxml.tasks`) that define the
+  class `name` ends with; True if any was imported.
+
+  A suffix such as `RegressionExperiment` then resolves although its module
+  was not imported yet. Only files whose text defines that class name are
+  imported, so the look-up stays cheap.
+  """
+  last = name.rsplit('.', 1)[-1]
+  if not last.isidentifier():
+    return False
+  root = pathlib.Path(__file__).parent / 'tasks'
+  pattern = re.compile(rf'^\s*(class\s+{re.escape(last)}\b|'
+                       rf'{re.escape(last)}\s*=)', re.M)
+  found = False
+  for path in sorted(root.rglob('*.py')):
+    if path.name.endswith('_test.py') or path.name.startswith('__'):
+      continue
+    try:
+      text = path.read_text(encoding='utf-8')
+    except (OSError, UnicodeDecodeError):
+      continue
+    if not pattern.search(text):
+      continue
+    relative = path.relative_to(root.parent).with_suffix('')
+    module = 'paxml.' + '.'.join(relative.parts)
+    try:
+      importlib.import_module(module)
+      found = True
+    except ImportError:  # A missing optional dependency: not a candidate.
+      continue
+  return found
+
+
 def load(name: str) -> type[Any]:
   """The experiment class `name` names, importing its module if needed.
 
@@ -180,7 +216,12 @@ def load(name: str) -> type[Any]:
   if cls is not None:
     return cls
   module = name.rsplit('.', 1)[0]
-  if not _import_experiment_module(module):
+  imported = '.' in name and _import_experiment_module(module)
+  if not imported and _import_catalogue_modules(name):
+    cls = get(name) or get(f'paxml.{name}')
+    if cls is not None:
+      return cls
+  if not imported:
     raise ValueError(f'Could not find experiment `{name}` because could not '
                      f'import module `{module}`.')
   cls = get(name) or get(f'paxml.{name}')

@@ -661,10 +661,23 @@ class LmTextInput(base_input.BaseInput):
           f'{host[1]}, this input is host {self.infeed_host_index} of '
           f'{self.num_infeed_hosts}.'
       )
+    if isinstance(emitted, bool) or not isinstance(emitted, int) or (
+        emitted < 0):
+      raise ValueError(
+          f'LmTextInput {self.name!r}: the restored state has '
+          f'emitted={emitted!r}; expected an integer >= 0.'
+      )
     if seed != self._seed:
       self._seed = seed
       self.dataset = self._batches(self.infeed_host_index, seed)
     self._drop_iterator()
     self._emitted = emitted
     if iterator is not None:
-      self._iter().set_state(_decode_state(iterator))
+      try:
+        self._iter().set_state(_decode_state(iterator))
+      except (ValueError, KeyError, TypeError, IndexError) as e:
+        self._drop_iterator()
+        raise ValueError(
+            f'LmTextInput {self.name!r}: the restored iterator state does '
+            f'not fit the data: {e}'
+        ) from e

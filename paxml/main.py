@@ -32,6 +32,9 @@ from absl import flags
 from absl import logging
 from fiddle import absl_flags
 import jax
+from paxml import _config_checks
+from paxml import _console
+from paxml import _flag_checks
 from paxml import _study_main
 from paxml import eval_lib
 from paxml import executors
@@ -135,6 +138,14 @@ flags.DEFINE_integer('num_trials', None,
                      'Most trials of the study (default: search().'
                      'max_num_trials).')
 flags.DEFINE_integer('pythia_port', None, 'Pythia port (unused).')
+_DEBUG_TRACEBACKS = flags.DEFINE_bool(
+    'debug_tracebacks', False,
+    'Show the full traceback of a bad flag or config value (also: '
+    'PAX_DEBUG=1) instead of the one-line error.')
+_LIBRARY_LOGS = flags.DEFINE_bool(
+    'library_logs', False,
+    "Show the INFO logs of libraries (Orbax, ...); by default only Pax's own "
+    'INFO lines and every library warning are shown.')
 # Pax's Fiddle flag: --fdl=config:F, --fdl=set:PATH=VALUE, --fdl=fiddler:F.
 # The legacy forms (--fdl_config, --fdl_config_file, --fdl_set, --fdl.X=V,
 # --fiddler) are defined by `fiddle.absl_flags`.
@@ -165,6 +176,20 @@ def _check_flags() -> None:
     value = flags.FLAGS[name].value
     if value not in honoured:
       raise app.UsageError(f'--{name}={value} is not supported: {why}.')
+  if _EXP.value:
+    fiddle_config = [f'--{n}={flags.FLAGS[n].value}'
+                     for n in ('fdl_config', 'fdl_config_file', 'fiddler')
+                     if n in flags.FLAGS and flags.FLAGS[n].value]
+    fiddle_config += [f'--fdl={c}' for c in _fdl_commands()[0]]
+    if fiddle_config:
+      raise app.UsageError(
+          f'{fiddle_config[0]} cannot be combined with --exp={_EXP.value}: '
+          'the experiment comes from one of them; expected --exp with '
+          '--fdl_set edits, or the Fiddle flags without --exp.')
+  _flag_checks.check_hosts(_SERVER_ADDR.value, _NUM_HOSTS.value,
+                           _HOST_IDX.value,
+                           _MULTIPROCESS_GPU.value or _cluster_detected())
+  _flag_checks.check_job_log_dir(_JOB_LOG_DIR.value)
   if _TFDS_DATA_DIR.value is not None:
     try:
       seqio = importlib.import_module('seqio')
@@ -229,8 +254,15 @@ def _configs_of(experiment: Any, name: str) -> train.ExperimentConfigs:
   configs = train.ExperimentConfigs.from_experiment(experiment, name)
   if _EXP.value:
     _, edits = _fdl_commands()
-    configs.apply_overrides(list(flags.FLAGS.fdl_set or [])
-                            + [e[len('set:'):] for e in edits])
+    assignments = (list(flags.FLAGS.fdl_set or [])
+                   + [e[len('set:'):] for e in edits])
+    for assignment in assignments:
+      if '=' in assignment:
+        _config_checks.parse_value(assignment)
+    configs.apply_overrides(assignments)
+    _config_checks.check_override_types(configs, assignments)
+  _config_checks.check_train(configs.task)
+  _config_checks.check_model_dtypes(getattr(configs.task, 'model', None))
   return configs
 
 
@@ -320,16 +352,19 @@ def _main(argv: Sequence[str]) -> None:
   """Parses the flags into configs and options, and runs the mode."""
   if len(argv) > 1:
     raise app.UsageError(f'Too many command-line arguments: {argv[1:]}.')
-  if not _JOB_LOG_DIR.value:
-    raise app.UsageError('--job_log_dir is required.')
-  _check_flags()
+  try:
+    if not _JOB_LOG_DIR.value:
+      raise app.UsageError('--job_log_dir is required.')
+    _check_flags()
+  except (app.UsageError, ValueError) as e:
+    _exit_with_error(e)
   _setup_jax()
   try:
     experiment, name = _experiment_and_name()
     experiment.validate()
     tuning = _study_main.has_search_space(experiment)
     configs = None if tuning else _configs_of(experiment, name)
-  except ValueError as e:
+  except (app.UsageError, ValueError, TypeError) as e:
     _exit_with_error(e)
   try:
     if tuning:
@@ -376,10 +411,11 @@ def _run_mode(configs: train.ExperimentConfigs,
 
 
 def _exit_with_error(error: Exception) -> None:
-  """Reports a configuration error in one line and exits with status 2."""
-  logging.error('%s', error)
-  print(f'error: {error}', file=sys.stderr)
-  sys.exit(2)
+  """Reports a configuration error in one line and exits with status 2
+  (with --debug_tracebacks or PAX_DEBUG=1: raises it, with its traceback)."""
+  if _console.debug_tracebacks(_DEBUG_TRACEBACKS.value):
+    raise error
+  _console.exit_with_error(error)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -389,7 +425,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     _main(argv)
     return
   logging.set_verbosity(logging.INFO)
-  app.run(main, flags_parser=absl_flags.flags_parser)
+  _console.show_flags_in_help(__name__, _OWN_FIDDLE_FLAGS)
+  main_module = sys.modules.get('__main__')
+  if main_module is not None and not main_module.__doc__:
+    main_module.__doc__ = __doc__
+  app.run(_console.run_quietly(main, lambda: _LIBRARY_LOGS.value),
+          flags_parser=_console.one_line_flag_errors(absl_flags.flags_parser))
+
+
+# Fiddle's flags that this runner reads (listed in --help with its own).
+_OWN_FIDDLE_FLAGS = ('fdl_config', 'fdl_config_file', 'fdl_set', 'fiddler')
 
 
 if __name__ == '__main__':

@@ -558,6 +558,11 @@ class InMemoryInput(BaseInput):
     while need:
       order = self._epoch_order()
       piece = order[self._position:self._position + need]
+      if not piece.size:  # Never loop forever on a bad position.
+        raise RuntimeError(
+            f'InMemoryInput {self.name!r}: position {self._position} is '
+            f'outside this host\'s {order.size} examples.'
+        )
       pieces.append(piece)
       need -= piece.size
       self._position += piece.size
@@ -589,7 +594,7 @@ class InMemoryInput(BaseInput):
 
   def _get_state_internal(self) -> bytes:
     state = {'epoch': self._epoch, 'position': self._position,
-             'seed': self._seed}
+             'seed': self._seed, 'num_examples': self._num_examples}
     return json.dumps(state).encode()
 
   def _set_state_internal(self, state: bytes) -> None:
@@ -603,8 +608,35 @@ class InMemoryInput(BaseInput):
           f'InMemoryInput {self.name!r}: cannot read state {state[:80]!r}; '
           'expected JSON with epoch, position and seed.'
       ) from e
+    epoch, position = self._check_restored_state(values, epoch, position)
     self._epoch, self._position, self._seed = epoch, position, seed
     self._order = None
+
+  def _check_restored_state(self, values: Mapping[str, Any], epoch: int,
+                            position: int) -> tuple[int, int]:
+    """(epoch, position) of a restored state; rejects one that does not fit
+    the data, in one line naming the field and the valid range."""
+    if self._eval_batches is not None:
+      end = len(self._eval_batches) * self.batch_size
+    else:
+      end = self._own.size
+    saved_n = values.get('num_examples')
+    what = f'InMemoryInput {self.name!r}: restored input state'
+    if saved_n is not None and saved_n != self._num_examples:
+      logging.warning(
+          '%s was saved for %s examples; the data now has %d: the restored '
+          'epoch order differs.', what, saved_n, self._num_examples)
+    if epoch < 0:
+      raise ValueError(f'{what} has epoch={epoch}; expected >= 0.')
+    if not 0 <= position <= end:
+      raise ValueError(
+          f'{what} has position={position}; expected 0..{end} (this host '
+          f'reads {end} of the {self._num_examples} examples; did the data '
+          'shrink?).'
+      )
+    if position == end and self._eval_batches is None:
+      return epoch + 1, 0  # The end of an epoch: the next one starts.
+    return epoch, position
 
 
 # ----------------------------------------------------------------------------

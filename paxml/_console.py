@@ -1,0 +1,109 @@
+"""The runner's console: one-line errors, quiet libraries, --help.
+
+Private to `paxml.main`:
+
+* `exit_with_error` prints a bad flag or config value as one line
+  (`error: ...`) and exits with status 2; `debug_tracebacks` says whether to
+  raise instead (`--debug_tracebacks`, or the environment's `PAX_DEBUG=1`).
+* `one_line_flag_errors` does the same for errors of flag parsing (an
+  unknown flag, a bad enum value), which absl reports with exit status 1.
+* `run_quietly` hides libraries' INFO lines (Orbax's, ...) unless
+  `--library_logs`; Pax's own INFO lines and every warning stay.
+* `show_flags_in_help` lists the runner's flags in `--help` when the runner
+  is started as the `paxml` console script.
+"""
+
+import logging as std_logging
+import os
+import pathlib
+import sys
+from typing import Any, Callable, Sequence
+
+from absl import flags
+from absl import logging
+
+_OWN_DIRS = tuple(
+    str(pathlib.Path(__file__).resolve().parent.parent / package) + os.sep
+    for package in ('paxml', 'praxis'))
+
+
+def debug_tracebacks(flag_value: bool = False) -> bool:
+  """Whether errors should keep their tracebacks."""
+  return bool(flag_value) or os.environ.get('PAX_DEBUG', '') not in (
+      '', '0', 'false', 'False')
+
+
+def exit_with_error(error: BaseException) -> None:
+  """Prints `error: <message>` on stderr and exits with status 2."""
+  print(f'error: {error}', file=sys.stderr)
+  sys.exit(2)
+
+
+def one_line_flag_errors(
+    fiddle_parser: Callable[[Sequence[str]], Any]
+) -> Callable[[Sequence[str]], Any]:
+  """Fiddle's flags parser (for `app.run`) whose errors are one line and
+  exit status 2 (absl prints them with the usage text and exits with 1)."""
+  rewrite = getattr(sys.modules.get(fiddle_parser.__module__),
+                    'rewrite_fdl_args', None)
+  if rewrite is None:  # Another Fiddle: keep its parser as it is.
+    return fiddle_parser
+
+  def parse(argv: Sequence[str]) -> Any:
+    try:
+      return flags.FLAGS(rewrite(argv))
+    except flags.Error as e:
+      if debug_tracebacks():
+        raise
+      exit_with_error(e)
+
+  return parse
+
+
+class _LibraryInfoFilter(std_logging.Filter):
+  """Drops INFO (and DEBUG) records that come from outside Pax."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    path = str(record.pathname)
+    if record.levelno >= std_logging.WARNING:
+      # Orbax warns on every save of a single-process run that it has no
+      # per-process OCDBT files to merge: expected here, not a problem.
+      return not (f'orbax{os.sep}' in path
+                  and 'Skipping merge of OCDBT' in str(record.msg))
+    if os.path.isabs(path):
+      path = os.path.realpath(path)
+    return path.startswith(_OWN_DIRS) or record.name == '__main__'
+
+
+_FILTER = _LibraryInfoFilter()
+
+
+def quiet_libraries(quiet: bool = True) -> None:
+  """Hides (or shows again) libraries' INFO log lines."""
+  handler = logging.get_absl_handler()
+  if quiet:
+    handler.addFilter(_FILTER)
+  else:
+    handler.removeFilter(_FILTER)
+
+
+def run_quietly(main: Callable[[Sequence[str]], Any],
+                library_logs: Callable[[], bool]
+                ) -> Callable[[Sequence[str]], Any]:
+  """`main` with libraries' INFO lines hidden unless `library_logs()`."""
+
+  def run(argv: Sequence[str]) -> Any:
+    quiet_libraries(not library_logs())
+    return main(argv)
+
+  return run
+
+
+def show_flags_in_help(module_name: str, extra: Sequence[str] = ()) -> None:
+  """Makes `--help` list the flags of `module_name` (and `extra` flags)."""
+  values = flags.FLAGS
+  main_module = sys.argv[0]
+  own = list(values.flags_by_module_dict().get(module_name, []))
+  own += [values[name] for name in extra if name in values]
+  for flag in own:
+    values.register_key_flag_for_module(main_module, flag)
