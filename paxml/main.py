@@ -189,7 +189,6 @@ def _check_flags() -> None:
   _flag_checks.check_hosts(_SERVER_ADDR.value, _NUM_HOSTS.value,
                            _HOST_IDX.value,
                            _MULTIPROCESS_GPU.value or _cluster_detected())
-  _flag_checks.check_job_log_dir(_JOB_LOG_DIR.value)
   if _TFDS_DATA_DIR.value is not None:
     try:
       seqio = importlib.import_module('seqio')
@@ -356,6 +355,7 @@ def _main(argv: Sequence[str]) -> None:
     if not _JOB_LOG_DIR.value:
       raise app.UsageError('--job_log_dir is required.')
     _check_flags()
+    _flag_checks.check_job_log_dir(_JOB_LOG_DIR.value)
   except (app.UsageError, ValueError) as e:
     _exit_with_error(e)
   _setup_jax()

@@ -22,6 +22,8 @@ import hashlib
 import json
 import os
 
+from absl import logging
+
 
 def pydoc_topics_documents() -> list[dict[str, str]]:
   """The pydoc topics as `{'topic': name, 'text': text}`, sorted by topic."""
@@ -58,13 +60,27 @@ def split_documents(
   return splits
 
 
+def _jsonl_bytes(documents: Sequence[dict[str, str]]) -> bytes:
+  return ''.join(json.dumps(d, ensure_ascii=False) + '\n'
+                 for d in documents).encode('utf-8')
+
+
 def write_jsonl(path: str, documents: Sequence[dict[str, str]]) -> None:
   """Writes one JSON object a line, atomically (a temporary file, renamed)."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.writelines(json.dumps(d, ensure_ascii=False) + '\n' for d in documents)
+  with open(tmp, 'wb') as f:
+    f.write(_jsonl_bytes(documents))
   os.replace(tmp, path)
+
+
+def _holds(path: str, documents: Sequence[dict[str, str]]) -> bool:
+  """Whether the file at `path` holds exactly `documents` as JSON lines."""
+  try:
+    with open(path, 'rb') as f:
+      return f.read() == _jsonl_bytes(documents)
+  except OSError:
+    return False
 
 
 def default_cache_dir() -> str:
@@ -79,7 +95,8 @@ def pydoc_topics_jsonl(
   """Writes (once) the pydoc topics as train/test JSONL files.
 
   File names carry a hash of the texts and the split, so each Python version
-  gets its own files and existing files are reused as they are.
+  gets its own files; an existing file is reused only if it holds exactly
+  the expected lines (else it is written again, with a warning).
 
   Args:
     cache_dir: Folder of the files (default: `default_cache_dir()`).
@@ -98,6 +115,10 @@ def pydoc_topics_jsonl(
   paths = {}
   for split, docs in split_documents(documents, test_fraction).items():
     paths[split] = f'{prefix}_{split}.jsonl'
-    if not os.path.exists(paths[split]):
-      write_jsonl(paths[split], docs)
+    if os.path.exists(paths[split]) and not _holds(paths[split], docs):
+      logging.warning('%s does not hold the expected %s split: writing it '
+                      'again.', paths[split], split)
+    elif os.path.exists(paths[split]):
+      continue
+    write_jsonl(paths[split], docs)
   return paths

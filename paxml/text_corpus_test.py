@@ -60,6 +60,20 @@ class TextCorpusTest(test_utils.TestCase):
     self.assertEqual(inp.ids_to_strings(batch.labels, [64]),
                      [first.decode(errors='replace')])
 
+  def test_a_changed_cached_file_is_written_again(self):
+    cache = self.enter_context(tempfile.TemporaryDirectory())
+    paths = text_corpus.pydoc_topics_jsonl(cache, test_fraction=0.1)
+    with open(paths['test'], 'rb') as f:
+      good = f.read()
+    with open(paths['test'], 'w') as f:
+      f.write('{"text": "planted"}\n')
+    with self.assertLogs(level='WARNING') as logs:
+      text_corpus.pydoc_topics_jsonl(cache, test_fraction=0.1)
+    self.assertIn('does not hold the expected test split',
+                  '\n'.join(logs.output))
+    with open(paths['test'], 'rb') as f:
+      self.assertEqual(f.read(), good)
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -163,11 +163,20 @@ def training_lines(files: Sequence[str], text_field: str) -> Iterator[str]:
         elif not line.strip():
           continue
         else:
-          record = json.loads(line)
-          if not isinstance(record.get(text_field), str):
+          try:
+            record = json.loads(line)
+          except ValueError as e:
+            raise ValueError(
+                f'{path}:{line_number}: not a JSON object ({e}); expected '
+                f'one JSON object a line with a string field {text_field!r}.'
+            ) from None
+          if not isinstance(record, dict) or not isinstance(
+              record.get(text_field), str):
+            found = sorted(record) if isinstance(record, dict) else (
+                type(record).__name__)
             raise ValueError(
                 f'{path}:{line_number}: no string field {text_field!r} '
-                f'(fields: {sorted(record)}).'
+                f'(fields: {found}).'
             )
           text = record[text_field]
         yield from (part for part in text.split('\n') if part.strip())
@@ -183,6 +192,34 @@ def _hash_training_data(files: Sequence[str], settings: Mapping[str, Any]):
   return digest.hexdigest()
 
 
+def default_cache_dir() -> str:
+  """Where trained SentencePiece models are cached by default:
+  `$XDG_CACHE_HOME/praxis/sentencepiece` (`~/.cache/...` without it)."""
+  root = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+  return os.path.join(root, 'praxis', 'sentencepiece')
+
+
+def _load_model(path: Any) -> spm.SentencePieceProcessor:
+  """The SentencePiece model in file `path`; RuntimeError if it is not one."""
+  data = epath.Path(path).read_bytes()
+  try:
+    return spm.SentencePieceProcessor(model_proto=data)
+  except (RuntimeError, TypeError) as e:
+    raise RuntimeError(str(e).strip().splitlines()[-1] if str(e).strip()
+                       else type(e).__name__) from None
+
+
+def _cached_model_problem(path: Any, vocab_size: int) -> str | None:
+  """Why a cached model file cannot be used, or None if it can."""
+  try:
+    size = _load_model(path).get_piece_size()
+  except (RuntimeError, OSError) as e:
+    return f'does not load ({e})'
+  if size != vocab_size:
+    return f'has {size} pieces, not vocab_size={vocab_size}'
+  return None
+
+
 class SentencePieceTokenizer(BaseTokenizer):
   """A SentencePiece model, loaded from a file or trained on the fly.
 
@@ -191,8 +228,9 @@ class SentencePieceTokenizer(BaseTokenizer):
   written to `model_path`, or, when `model_path` is None, to
   `<model_dir>/spm_<vocab_size>_<hash>.model`, where the hash covers the
   training text and settings (so a cached model is reused only for the same
-  data and settings) and `model_dir` defaults to the folder of the first
-  training file. Trained models use pad 0, EOS 1, BOS 2 and UNK 3, an
+  data and settings) and `model_dir` defaults to the user's cache
+  (`default_cache_dir()`). A cached model is used only if it loads and has
+  `vocab_size` pieces; otherwise it is trained again, with a warning. Trained models use pad 0, EOS 1, BOS 2 and UNK 3, an
   identity normalisation that keeps every space, and '\\n' as a piece, so
   text made of characters seen in training survives `decode(encode(text))`.
 
@@ -201,7 +239,8 @@ class SentencePieceTokenizer(BaseTokenizer):
     train_on: Text or JSONL files (glob patterns allowed) to train on when
       `model_path` is None or does not exist.
     text_field: Field of the JSONL records holding the text.
-    model_dir: Folder of the trained-model cache (see above).
+    model_dir: Folder of the trained-model cache (default: the user's cache
+      dir, see above).
     vocab_size: Pieces of a trained model (required to train). When loading,
       0 or the model's size; it is set to the model's size.
     model_type: 'unigram', 'bpe', 'char' or 'word'.
@@ -239,9 +278,12 @@ class SentencePieceTokenizer(BaseTokenizer):
         )
       path = self._train()
     self.model_file = str(path)
-    self._sp = spm.SentencePieceProcessor(
-        model_proto=epath.Path(path).read_bytes()
-    )
+    try:
+      self._sp = _load_model(path)
+    except RuntimeError as e:
+      raise base_hyperparams.ConfigError(
+          f'SentencePieceTokenizer {self.name!r}: {path} is not a '
+          f'SentencePiece model file ({e}).') from None
     size = self._sp.get_piece_size()
     if self.vocab_size not in (0, size):
       raise self._error('vocab_size', f'differs from the model {path} '
@@ -282,11 +324,16 @@ class SentencePieceTokenizer(BaseTokenizer):
     path = self.model_path
     if not path:
       key = _hash_training_data(files, dict(settings, field=self.text_field))
-      folder = self.model_dir or os.path.dirname(os.path.abspath(files[0]))
+      folder = self.model_dir or default_cache_dir()
       path = os.path.join(folder, f'spm_{self.vocab_size}_{key[:16]}.model')
+      path = epath.Path(path)
+      if path.exists():
+        problem = _cached_model_problem(path, self.vocab_size)
+        if problem is None:
+          return path
+        logging.warning('The cached SentencePiece model %s %s: training it '
+                        'again.', path, problem)
     path = epath.Path(path)
-    if path.exists():
-      return path
     logging.info('Training a SentencePiece model on %s into %s.', files, path)
     model = io.BytesIO()
     spm.set_random_generator_seed(_SPM_SEED)
@@ -306,7 +353,7 @@ class SentencePieceTokenizer(BaseTokenizer):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f'.{path.name}.tmp{os.getpid()}'
     tmp.write_bytes(model.getvalue())
-    tmp.rename(path)  # Atomic: hosts training at once write equal files.
+    tmp.replace(path)  # Atomic: hosts training at once write equal files.
     return path
 
   @property

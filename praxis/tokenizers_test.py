@@ -3,6 +3,7 @@
 import json
 import os
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -48,6 +49,9 @@ class SentencePieceTokenizerTest(test_utils.TestCase):
   def setUp(self):
     super().setUp()
     self.dir = self.enter_context(tempfile.TemporaryDirectory())
+    self.cache = os.path.join(self.dir, 'cache')
+    self.enter_context(mock.patch.dict(os.environ,
+                                       {'XDG_CACHE_HOME': self.cache}))
     self.text_path = os.path.join(self.dir, 'corpus.txt')
     with open(self.text_path, 'w') as f:
       f.write('\n'.join(_LINES * 3) + '\n')
@@ -62,8 +66,9 @@ class SentencePieceTokenizerTest(test_utils.TestCase):
     tok = self._train(train_on=[self.text_path])
     self.assertEqual(tok.vocab_size, 64)
     self.assertEqual((tok.pad_id, tok.eos_id, tok.bos_id), (0, 1, 2))
-    # Cached next to the data, named by vocab size and a hash.
-    self.assertEqual(os.path.dirname(tok.model_file), self.dir)
+    # Cached in the user's cache dir, named by vocab size and a hash.
+    self.assertEqual(os.path.dirname(tok.model_file),
+                     os.path.join(self.cache, 'praxis', 'sentencepiece'))
     self.assertStartsWith(os.path.basename(tok.model_file), 'spm_64_')
     text = 'the lazy fox\n    def g(y):  return 42\n\nzebras  quietly move'
     ids = tok.encode(text)
@@ -119,6 +124,44 @@ class SentencePieceTokenizerTest(test_utils.TestCase):
     tok = self._train(train_on=[self.text_path])
     with self.assertRaisesRegex(ValueError, 'vocab_size=50 differs'):
       self._train(model_path=tok.model_file, vocab_size=50)
+
+  def test_a_bad_cached_model_is_trained_again(self):
+    tok = self._train(train_on=[self.text_path])
+    good = open(tok.model_file, 'rb').read()
+    for bad in (b'not a model', None):
+      if bad is None:  # A valid model of another size under the same name.
+        other = self._train(train_on=[self.text_path], vocab_size=70,
+                            model_path=os.path.join(self.dir, 'o.model'))
+        bad = open(other.model_file, 'rb').read()
+      with open(tok.model_file, 'wb') as f:
+        f.write(bad)
+      with self.assertLogs(level='WARNING') as logs:
+        again = self._train(train_on=[self.text_path])
+      self.assertIn('training it again', '\n'.join(logs.output))
+      self.assertEqual(again.model_file, tok.model_file)
+      self.assertEqual(open(again.model_file, 'rb').read(), good)
+
+  def test_a_garbage_model_file_is_named(self):
+    path = os.path.join(self.dir, 'garbage.model')
+    with open(path, 'wb') as f:
+      f.write(b'\x00garbage\xff' * 10)
+    with self.assertRaisesRegex(
+        base_hyperparams.ConfigError,
+        f'{path} is not a SentencePiece model file'):
+      self._train(model_path=path, vocab_size=0)
+
+  def test_a_garbage_jsonl_line_is_named(self):
+    jsonl = os.path.join(self.dir, 'bad.jsonl')
+    with open(jsonl, 'w') as f:
+      f.write(json.dumps({'text': 'fine'}) + '\n{not json\n')
+    with self.assertRaisesRegex(ValueError,
+                                f'{jsonl}:2: not a JSON object'):
+      list(tokenizers.training_lines([jsonl], 'text'))
+    with open(jsonl, 'w') as f:
+      f.write('[1, 2]\n')
+    with self.assertRaisesRegex(ValueError,
+                                f"{jsonl}:1: no string field 'text'"):
+      list(tokenizers.training_lines([jsonl], 'text'))
 
 
 if __name__ == '__main__':
