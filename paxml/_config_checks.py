@@ -84,6 +84,8 @@ def _expected(value: Any, hint: Any) -> str | None:
   """What `hint` expects if `value` clearly is not one, else None."""
   if value is None or hint is Any:
     return None
+  if hint is type(None):
+    return 'None'
   origin = typing.get_origin(hint)
   if origin is Union or origin is types.UnionType:
     names = [_expected(value, h) for h in typing.get_args(hint)]

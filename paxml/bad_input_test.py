@@ -59,6 +59,10 @@ class BadInputTest(absltest.TestCase):
         'dir_under_file': [f'--exp={_EXP}',
                            f'--job_log_dir={cls.file}/sub'],
         'fdl_config_file': exp + ['--fdl_config_file=cfg.json'],
+        'config_file_missing': [f'--job_log_dir={cls.job}',
+                                f'--fdl_config_file={cls.tmp}/none.json'],
+        'config_file_garbage': [f'--job_log_dir={cls.job}',
+                                f'--fdl_config_file={cls.file}'],
         'unknown_flag': exp + ['--modee=train'],
         'bad_enum': exp + ['--mode=trian'],
         'unknown_exp': ['--exp=NoSuchExperimentAnywhere',
@@ -141,6 +145,14 @@ class BadInputTest(absltest.TestCase):
     self.assert_one_line_error(
         'fdl_config_file', '--fdl_config_file=cfg.json cannot be combined '
         'with --exp')
+
+  def test_fiddle_config_file(self):
+    self.assert_one_line_error(
+        'config_file_missing', f'--fdl_config_file={self.tmp}/none.json: no '
+        'such file')
+    self.assert_one_line_error(
+        'config_file_garbage', f'--fdl_config_file={self.file}: cannot read '
+        'a Fiddle config from it')
 
   def test_flag_parsing_errors(self):
     self.assert_one_line_error('unknown_flag', "Unknown command line flag "

@@ -238,7 +238,18 @@ def _experiment_and_name() -> tuple[Any, str]:
     raise app.UsageError('No experiment provided. At least one of --exp, '
                          '--fdl, --fdl_config, or --fdl_config_file is '
                          'required.')
-  return _experiment_from_fiddle_flags()
+  config_file = flags.FLAGS.fdl_config_file
+  if config_file and not os.path.isfile(config_file):
+    raise app.UsageError(f'--fdl_config_file={config_file}: no such file; '
+                         'expected a Fiddle config serialized as JSON.')
+  try:
+    return _experiment_from_fiddle_flags()
+  except (ValueError, OSError) as e:
+    if not config_file:
+      raise
+    raise ValueError(f'--fdl_config_file={config_file}: cannot read a Fiddle '
+                     f'config from it ({e}); expected a Fiddle config '
+                     'serialized as JSON.') from e
 
 
 def create_experiment_config() -> Any:

@@ -1,0 +1,64 @@
+"""Unit tests of the runner's config checks and console filter."""
+
+import logging
+from typing import Optional, Union
+
+from absl.testing import absltest
+
+from paxml import _config_checks
+from paxml import _console
+
+
+class ConfigChecksTest(absltest.TestCase):
+
+  def test_expected_types(self):
+    expected = _config_checks._expected
+    self.assertIsNone(expected(3, int))
+    self.assertIsNone(expected(3, float))  # An int is a number.
+    self.assertIsNone(expected(None, int))  # None is left to the field.
+    self.assertIsNone(expected('x', Optional[str]))
+    self.assertIsNone(expected(2, Union[str, int]))
+    self.assertEqual(expected('ten', int), 'an integer')
+    self.assertEqual(expected(True, int), 'an integer')
+    self.assertEqual(expected('fast', float), 'a number')
+    self.assertEqual(expected('yes', bool), 'a bool')
+    self.assertEqual(expected(1.5, Optional[int]), 'an integer or None')
+    self.assertIsNone(expected(object(), list))  # Not checked.
+
+  def test_parse_value(self):
+    self.assertEqual(_config_checks.parse_value('a.b=[1, 2]'), [1, 2])
+    self.assertIs(_config_checks.parse_value('a.b=false'), False)
+    with self.assertRaisesRegex(ValueError, r"--fdl_set=a\.b=fo\(o: 'fo\(o' "
+                                'is not a Python literal'):
+      _config_checks.parse_value('a.b=fo(o')
+
+  def test_path_parts(self):
+    self.assertEqual(_config_checks._parts("datasets[1].x['k'].y"),
+                     ['datasets', 1, 'x', 'k', 'y'])
+
+
+class ConsoleFilterTest(absltest.TestCase):
+
+  def _record(self, path, level, msg='m'):
+    return logging.LogRecord('absl', level, path, 1, msg, None, None)
+
+  def test_library_info_is_hidden_and_warnings_stay(self):
+    keep = _console._LibraryInfoFilter().filter
+    lib = '/site-packages/orbax/checkpoint/checkpoint.py'
+    own = _console._OWN_DIRS[0] + 'train.py'
+    self.assertFalse(keep(self._record(lib, logging.INFO)))
+    self.assertTrue(keep(self._record(own, logging.INFO)))
+    self.assertTrue(keep(self._record(lib, logging.WARNING)))
+    self.assertFalse(keep(self._record(
+        lib, logging.WARNING, '[process=0] Skipping merge of OCDBT x')))
+
+  def test_debug_switch(self):
+    with absltest.mock.patch.dict('os.environ', {'PAX_DEBUG': '1'}):
+      self.assertTrue(_console.debug_tracebacks())
+    with absltest.mock.patch.dict('os.environ', {'PAX_DEBUG': '0'}):
+      self.assertFalse(_console.debug_tracebacks())
+      self.assertTrue(_console.debug_tracebacks(True))
+
+
+if __name__ == '__main__':
+  absltest.main()
