@@ -33,10 +33,10 @@ def debug_tracebacks(flag_value: bool = False) -> bool:
       '', '0', 'false', 'False')
 
 
-def exit_with_error(error: BaseException) -> None:
-  """Prints `error: <message>` on stderr and exits with status 2."""
+def exit_with_error(error: BaseException, status: int = 2) -> None:
+  """Prints `error: <message>` on stderr and exits with `status`."""
   print(f'error: {error}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(status)
 
 
 def one_line_flag_errors(

@@ -382,8 +382,12 @@ def _main(argv: Sequence[str]) -> None:
       _run_study(experiment)
     else:
       run_experiment(configs, enable_checkpoint_saving=_SAVE.value)
-  except base_hyperparams.ConfigError as e:  # E.g. an input's file_pattern.
+  except (base_hyperparams.ConfigError, app.UsageError) as e:  # A file_pattern.
     _exit_with_error(e)
+  except train.RunStoppedError as e:  # Set up well, stopped: one line, 1.
+    if _console.debug_tracebacks(_DEBUG_TRACEBACKS.value):
+      raise
+    _console.exit_with_error(e, status=1)
 
 
 def _run_study(experiment: Any) -> None:
