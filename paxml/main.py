@@ -17,8 +17,11 @@ experiment's own attributes, `--fiddler=fn` edits it, as in Pax.
 
 Pax's other flags are accepted with Pax's meaning; the few that this runner
 cannot honour (auto-sharding, tuning studies, the `infer` and tf.data-service
-modes, ...) stop the run with one line saying so. This is the only module
-that reads flags.
+modes, ...) stop the run with one line saying so. Every bad flag, config
+value or path stops the run before anything is written, with one line
+`error: ...` and exit status 2 (`--debug_tracebacks` or `PAX_DEBUG=1` show
+the traceback); libraries' INFO logs are hidden unless `--library_logs`.
+This is the only module that reads flags.
 """
 
 import importlib
