@@ -67,6 +67,8 @@ class BadInputTest(absltest.TestCase):
         'bad_enum': exp + ['--mode=trian'],
         'unknown_exp': ['--exp=NoSuchExperimentAnywhere',
                         f'--job_log_dir={cls.job}'],
+        'misspelt_exp': ['--exp=tasks.test.regression.RegresionExperiment',
+                         f'--job_log_dir={cls.job}'],
     }
     with futures.ThreadPoolExecutor(2) as pool:
       runs = {name: pool.submit(_run, args)
@@ -161,11 +163,14 @@ class BadInputTest(absltest.TestCase):
                                'value should be one of')
 
   def test_unknown_experiment(self):
-    result = self.results['unknown_exp']
-    self.assertEqual(result.returncode, 2)
-    self.assertNotIn('Traceback', result.stderr)
-    self.assertIn('Could not find experiment `NoSuchExperimentAnywhere`',
-                  result.stderr)
+    self.assert_one_line_error(
+        'unknown_exp', '--exp=NoSuchExperimentAnywhere: Could not find '
+        'experiment `NoSuchExperimentAnywhere`: no registered experiment and '
+        'no class of the catalogue (paxml.tasks) has that name.')
+    self.assert_one_line_error(
+        'misspelt_exp',
+        'Could not find experiment `tasks.test.regression.RegresionExperiment`',
+        'Closest registered: paxml.tasks.test.regression.RegressionExperiment')
 
   def test_debug_shows_the_traceback(self):
     result = self.results['debug']

@@ -221,6 +221,12 @@ def load(name: str) -> type[Any]:
     cls = get(name) or get(f'paxml.{name}')
     if cls is not None:
       return cls
+  if not imported and '.' not in name:
+    close = closest_names(name)
+    hint = f' Closest registered: {", ".join(close)}.' if close else ''
+    raise ValueError(f'Could not find experiment `{name}`: no registered '
+                     'experiment and no class of the catalogue (paxml.tasks) '
+                     f'has that name.{hint}')
   if not imported:
     raise ValueError(f'Could not find experiment `{name}` because could not '
                      f'import module `{module}`.')

@@ -236,7 +236,15 @@ def _experiment_from_fiddle_flags() -> tuple[object, str]:
 def _experiment_and_name() -> tuple[Any, str]:
   """The experiment the flags name (--exp, or Fiddle's flags), and its name."""
   if _EXP.value:
-    return get_experiment(_EXP.value)(), _EXP.value
+    try:
+      experiment_class = get_experiment(_EXP.value)
+    except ValueError as e:  # Pax's message lists every registered name.
+      first = str(e).splitlines()[0]
+      close = experiment_registry.closest_names(_EXP.value)
+      hint = (f' Closest registered: {", ".join(close)}.'
+              if close and 'Closest' not in first else '')
+      raise ValueError(f'--exp={_EXP.value}: {first}{hint}') from e
+    return experiment_class(), _EXP.value
   if not (absl_flags.fdl_flags_supplied() or _fdl_commands()[0]):
     raise app.UsageError('No experiment provided. At least one of --exp, '
                          '--fdl, --fdl_config, or --fdl_config_file is '
