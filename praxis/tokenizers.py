@@ -230,9 +230,10 @@ class SentencePieceTokenizer(BaseTokenizer):
   training text and settings (so a cached model is reused only for the same
   data and settings) and `model_dir` defaults to the user's cache
   (`default_cache_dir()`). A cached model is used only if it loads and has
-  `vocab_size` pieces; otherwise it is trained again, with a warning. Trained models use pad 0, EOS 1, BOS 2 and UNK 3, an
-  identity normalisation that keeps every space, and '\\n' as a piece, so
-  text made of characters seen in training survives `decode(encode(text))`.
+  `vocab_size` pieces; otherwise it is trained again, with a warning.
+  Trained models use pad 0, EOS 1, BOS 2 and UNK 3, an identity
+  normalisation that keeps every space, and '\\n' as a piece, so text made
+  of characters seen in training survives `decode(encode(text))`.
 
   Attributes:
     model_path: A `.model` file to load, or where to write a trained model.
