@@ -64,8 +64,7 @@ class StudyJournal:
     self._root = epath.Path(root_dir)
     name = study or 'default'
     self._path = self._root / JOURNAL_DIR / f'{name}.json'
-    self._summary_path = self._root / (
-        f'{name}_summary.json' if study else 'study_summary.json')
+    self._summary_path = summary_path(self._root, study)
     self._study = study
     self._identity = identity
     self._trials: dict[int, dict[str, Any]] = {}
@@ -135,6 +134,12 @@ class StudyJournal:
         indent=1))
     _write_atomically(self._summary_path,
                       json.dumps(summary(trials, self._study), indent=1))
+
+
+def summary_path(root_dir: epath.Path, study: str | None) -> epath.Path:
+  """Where the summary of `study` is written under its job_log_dir."""
+  name = f'{study}_summary.json' if study else 'study_summary.json'
+  return epath.Path(root_dir) / name
 
 
 def _final(record: dict[str, Any]) -> dict[str, Any] | None:
