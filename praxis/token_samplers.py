@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+import functools
 from typing import Any
 
 import jax
@@ -28,6 +29,7 @@ from jax import numpy as jnp
 
 from praxis import base_hyperparams
 from praxis import base_layer
+from praxis import decoder_utils
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
@@ -35,6 +37,9 @@ from praxis import pytypes
 NestedMap = py_utils.NestedMap
 JTensor = pytypes.JTensor
 PRNGKey = pytypes.PRNGKey
+
+
+DUMMY_PRNG_KEY = decoder_utils.DUMMY_PRNG_KEY
 
 
 def _large_negative(dtype: Any) -> JTensor:
@@ -46,6 +51,38 @@ def _per_example(x: float | JTensor | None, ndim: int) -> Any:
   if isinstance(x, jax.Array) and x.ndim == 1 and ndim > 1:
     return x.reshape(x.shape + (1,) * (ndim - 1))
   return x
+
+
+def _is_single_key(prng_key: PRNGKey) -> bool:
+  if jax.dtypes.issubdtype(prng_key.dtype, jax.dtypes.prng_key):
+    return prng_key.ndim == 0
+  return prng_key.ndim == 1
+
+
+def _batch_rngs_random_gumbel(rngs: PRNGKey, shape: Sequence[int]
+                              ) -> JTensor:
+  """Gumbel noise of `shape` from one key, or from one key per row.
+
+  Args:
+    rngs: One key ([2] raw or a typed key), or [B] keys, B = shape[0].
+    shape: The noise shape.
+
+  Returns:
+    The noise.
+  """
+  if _is_single_key(rngs):
+    return jax.random.gumbel(rngs, shape)
+  if rngs.shape[0] != shape[0]:
+    raise ValueError(f'Per-example keys {rngs.shape} do not match the '
+                     f'batch of logits {tuple(shape)}.')
+  return jax.vmap(lambda k: jax.random.gumbel(k, shape[1:]))(rngs)
+
+
+def _get_argmax_ids(top_k_argmax_ids: JTensor, top_k_items: JTensor
+                    ) -> JTensor:
+  """`top_k_items[..., top_k_argmax_ids[...]]`: [...], [..., k] -> [...]."""
+  return jnp.take_along_axis(top_k_items, top_k_argmax_ids[..., None],
+                             axis=-1)[..., 0]
 
 
 def get_top_k(
@@ -70,6 +107,9 @@ def get_top_k(
     ids = jnp.broadcast_to(jnp.arange(logits.shape[-1]), logits.shape)
     return logits, ids
   if top_k_recall_target < 1.0:
+    if top_k_recall_target <= 0.0:
+      raise ValueError(f'get_top_k: top_k_recall_target must be in (0, 1], '
+                       f'got {top_k_recall_target}.')
     values, ids = jax.lax.approx_max_k(logits, top_k,
                                        recall_target=top_k_recall_target)
   else:
@@ -87,18 +127,21 @@ def top_p_mask_logits(
     logits_sorted_in_descending_order: bool = False,
     logits_sum: JTensor | None = None,
 ) -> JTensor:
-  """Nucleus filtering: keeps the fewest most likely tokens with mass >= p.
+  """Nucleus filtering: the other logits get a large negative number.
 
-  A token is kept if the probability of the tokens more likely than it is
-  below `p` (so the most likely token is always kept; ties at the cut-off are
-  kept too). The others get a large negative logit.
+  Unsorted logits are sorted ascending and the least likely tokens whose
+  total probability stays <= 1 - p are dropped (what is kept has mass >= p).
+  Logits already sorted descending keep the leading tokens up to and
+  including the first whose cumulative probability exceeds p. Ties with the
+  cut-off logit are kept.
 
   Args:
     logits: [B, V].
-    p: A float, or [B] / [B, 1] per example. p >= 1 (a float) keeps all.
-    logits_sorted_in_descending_order: `logits` are already sorted.
-    logits_sum: [B, 1] log-normalizer over the full vocabulary (global
-      normalization of top-k logits); None: softmax over `logits`.
+    p: A float, or [B, 1] (or [B]) per example. A float p >= 1 keeps all.
+    logits_sorted_in_descending_order: `logits` are sorted descending.
+    logits_sum: If given, the probabilities are `logits / logits_sum` (Pax's
+      global normalization, with logits_sum = the sum of the whole
+      vocabulary's logits); None: softmax over `logits`.
 
   Returns:
     The masked logits.
@@ -107,17 +150,16 @@ def top_p_mask_logits(
     return logits
   p = _per_example(jnp.asarray(p, jnp.float32), 2)
   if logits_sorted_in_descending_order:
-    sorted_logits = logits
+    sorted_logits, threshold = logits, p
   else:
-    sorted_logits = -jnp.sort(-logits, axis=-1)
+    sorted_logits, threshold = jnp.sort(logits, axis=-1), 1.0 - p
   x = sorted_logits.astype(jnp.float32)
-  if logits_sum is None:
-    probs = jax.nn.softmax(x, axis=-1)
-  else:
-    probs = jnp.exp(x - logits_sum)
-  mass_before = jnp.cumsum(probs, axis=-1) - probs
-  num_kept = jnp.maximum(jnp.sum(mass_before < p, axis=-1, keepdims=True), 1)
-  cutoff = jnp.take_along_axis(sorted_logits, num_kept - 1, axis=-1)
+  probs = (jax.nn.softmax(x, axis=-1) if logits_sum is None
+           else x / logits_sum)
+  cut = jnp.sum(jnp.cumsum(probs, axis=-1) <= threshold, axis=-1,
+                keepdims=True)
+  cut = jnp.minimum(cut, logits.shape[-1] - 1)
+  cutoff = jnp.take_along_axis(sorted_logits, cut, axis=-1)
   return jnp.where(logits < cutoff, _large_negative(logits.dtype), logits)
 
 
@@ -129,35 +171,27 @@ def epsilon_mask_logits(logits: JTensor, epsilon: float) -> JTensor:
   return jnp.where(probs < epsilon, _large_negative(logits.dtype), logits)
 
 
-def _gumbel(prng_key: PRNGKey, shape: Sequence[int]) -> JTensor:
-  """Gumbel noise from one key, or from one key per row ([B, ...] keys)."""
-  single = prng_key.ndim == (
-      0 if jax.dtypes.issubdtype(prng_key.dtype, jax.dtypes.prng_key) else 1)
-  if single:
-    return jax.random.gumbel(prng_key, shape)
-  if prng_key.shape[0] != shape[0]:
-    raise ValueError(f'Per-example keys {prng_key.shape} do not match the '
-                     f'batch of logits {tuple(shape)}.')
-  return jax.vmap(lambda k: jax.random.gumbel(k, shape[1:]))(prng_key)
-
-
 def gumbel_max_sample(
     prng_key: PRNGKey, logits: JTensor, temperature: float | JTensor | None
 ) -> JTensor:
-  """Samples ids [B] from softmax(logits / temperature) (argmax at T = 0).
+  """Samples ids from softmax(logits / temperature): argmax(logits + T * g).
+
+  The Gumbel noise g is drawn even at temperature 0 (or None), where the
+  result is the argmax.
 
   Args:
     prng_key: One key, or [B] keys (one per row).
-    logits: [B, V].
-    temperature: A float or [B] (or [B, 1]); None means 0.
+    logits: [B, ..., V].
+    temperature: A float, None (0), [B] or broadcastable to logits[..., :1].
 
   Returns:
-    [B] int32 ids.
+    int32 ids [B, ...].
   """
   if temperature is None:
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-  noise = _gumbel(prng_key, logits.shape).astype(logits.dtype)
-  temperature = _per_example(jnp.asarray(temperature, logits.dtype), 2)
+    temperature = 0.0
+  noise = _batch_rngs_random_gumbel(prng_key, logits.shape).astype(
+      logits.dtype)
+  temperature = _per_example(temperature, logits.ndim)
   return jnp.argmax(logits + noise * temperature, axis=-1).astype(jnp.int32)
 
 
@@ -194,6 +228,89 @@ class DefaultCategoricalLogitsSampler(BaseLogitsSampler):
     return gumbel_max_sample(prng_key, logits, temperature), NestedMap()
 
 
+def _apply_top_p_given_top_k(
+    top_k_logits: JTensor,
+    top_k_indices: JTensor,
+    top_p: float | JTensor | None = None,
+    topk_is_sorted: bool = True,
+    logits_sum: JTensor | None = None,
+) -> tuple[JTensor, JTensor, JTensor]:
+  """Top-p filtering of top-k logits.
+
+  Args:
+    top_k_logits: [B, k].
+    top_k_indices: [B, k] their token ids.
+    top_p: None, a float or [B, 1]; an array skips the masking (under
+      `lax.cond`) when every entry is >= 1.
+    topk_is_sorted: `top_k_logits` are sorted descending.
+    logits_sum: See `top_p_mask_logits`.
+
+  Returns:
+    (top_p_logits [B, k], log_softmax(top_k_logits) [B, k], top_k_indices).
+  """
+  if top_p is None:
+    top_p_logits = top_k_logits
+  else:
+    mask = functools.partial(
+        top_p_mask_logits, top_k_logits, top_p,
+        logits_sorted_in_descending_order=topk_is_sorted,
+        logits_sum=logits_sum)
+    if isinstance(top_p, jax.Array):
+      top_p_logits = jax.lax.cond(jnp.any(top_p < 1.0), mask,
+                                  lambda: top_k_logits)
+    else:
+      top_p_logits = mask()
+  logprobs = jax.nn.log_softmax(top_k_logits.astype(jnp.float32))
+  return top_p_logits, logprobs, top_k_indices
+
+
+def _apply_top_k_and_top_p(
+    logits: JTensor,
+    top_k: int,
+    top_p: float | JTensor | None = None,
+    per_example_top_k: JTensor | None = None,
+    global_normalize: bool = False,
+    top_k_recall_target: float = 1.0,
+) -> tuple[JTensor, JTensor, JTensor]:
+  """Top-k, then top-p filtering.
+
+  Args:
+    logits: [B, V].
+    top_k: Keep the k most likely tokens (0: all, unsorted).
+    top_p: None, a float or [B, 1].
+    per_example_top_k: [B] smaller k per example.
+    global_normalize: Top-p with Pax's global normalization (probabilities
+      `logit / sum of all V logits`) instead of a softmax over the top k.
+    top_k_recall_target: Below 1, approximate top-k.
+
+  Returns:
+    (top_p_logits [B, k], log_softmax(top-k logits) [B, k], top_k_indices).
+  """
+  top_k_logits, top_k_indices = get_top_k(logits, top_k, per_example_top_k,
+                                          top_k_recall_target)
+  logits_sum = None
+  if global_normalize:
+    logits_sum = jnp.sum(logits.astype(jnp.float32), axis=-1, keepdims=True)
+  return _apply_top_p_given_top_k(top_k_logits, top_k_indices, top_p,
+                                  topk_is_sorted=True, logits_sum=logits_sum)
+
+
+def _sample(
+    filtered: tuple[JTensor, JTensor, JTensor],
+    prng_key: PRNGKey,
+    temperature: float | JTensor,
+    logits_sampler: BaseLogitsSampler | None,
+    decode_loop_state: NestedMap | None,
+) -> tuple[JTensor, JTensor]:
+  """Draws among filtered top-k logits: (ids, their top-k logprobs)."""
+  top_p_logits, logprobs, top_k_indices = filtered
+  sampler = logits_sampler or DefaultCategoricalLogitsSampler()
+  pos, _ = sampler(prng_key, top_p_logits, top_k_indices, temperature,
+                   decode_loop_state)
+  return (_get_argmax_ids(pos, top_k_indices),
+          _get_argmax_ids(pos, logprobs))
+
+
 def sample_from_top_p_given_top_k(
     top_k_logits: JTensor,
     top_k_indices: JTensor,
@@ -211,8 +328,8 @@ def sample_from_top_p_given_top_k(
     top_k_logits: [B, k].
     top_k_indices: [B, k] their token ids.
     prng_key: The random key (or [B] keys).
-    temperature: A float or [B].
-    top_p: None, a float or [B].
+    temperature: A float or [B, 1].
+    top_p: None, a float or [B, 1].
     topk_is_sorted: `top_k_logits` are in descending order.
     logits_sum: See `top_p_mask_logits`.
     logits_sampler: Draws the ids (default: DefaultCategoricalLogitsSampler).
@@ -221,17 +338,10 @@ def sample_from_top_p_given_top_k(
   Returns:
     (ids [B], their log-probabilities under softmax(top_k_logits) [B]).
   """
-  sampler = logits_sampler or DefaultCategoricalLogitsSampler()
-  filtered = top_k_logits
-  if top_p is not None:
-    filtered = top_p_mask_logits(top_k_logits, top_p, topk_is_sorted,
-                                 logits_sum)
-  pos, _ = sampler(prng_key, filtered, top_k_indices, temperature,
-                   decode_loop_state)
-  logprobs = jax.nn.log_softmax(top_k_logits.astype(jnp.float32), axis=-1)
-  pos = pos[:, None]
-  return (jnp.take_along_axis(top_k_indices, pos, -1)[:, 0].astype(jnp.int32),
-          jnp.take_along_axis(logprobs, pos, -1)[:, 0])
+  filtered = _apply_top_p_given_top_k(top_k_logits, top_k_indices, top_p,
+                                      topk_is_sorted, logits_sum)
+  return _sample(filtered, prng_key, temperature, logits_sampler,
+                 decode_loop_state)
 
 
 def sample_from_top_k_and_top_p(
@@ -249,14 +359,13 @@ def sample_from_top_k_and_top_p(
   """Top-k, then top-p filtering, then sampling at `temperature`.
 
   Args:
-    logits: [B, V].
+    logits: [B, V] (or [B, ..., V]).
     prng_key: The random key (or [B] keys).
-    temperature: A float or [B].
+    temperature: A float or [B, 1].
     top_k: Keep the k most likely tokens (0: all).
-    top_p: None, a float or [B]: then keep the nucleus of mass top_p.
+    top_p: None, a float or [B, 1]: then keep the nucleus of mass top_p.
     per_example_top_k: [B] smaller k per example.
-    global_normalize: Top-p probabilities are normalized over the whole
-      vocabulary rather than over the top k.
+    global_normalize: See `_apply_top_k_and_top_p`.
     top_k_recall_target: Below 1, use approximate top-k.
     logits_sampler: Draws the ids.
     decode_loop_state: Passed to the sampler.
@@ -264,16 +373,10 @@ def sample_from_top_k_and_top_p(
   Returns:
     (ids [B], log-probabilities under softmax(top-k logits) [B]).
   """
-  values, ids = get_top_k(logits, top_k, per_example_top_k,
-                          top_k_recall_target)
-  logits_sum = None
-  if global_normalize:
-    logits_sum = jax.nn.logsumexp(logits.astype(jnp.float32), -1,
-                                  keepdims=True)
-  return sample_from_top_p_given_top_k(
-      values, ids, prng_key, temperature, top_p, topk_is_sorted=bool(top_k),
-      logits_sum=logits_sum, logits_sampler=logits_sampler,
-      decode_loop_state=decode_loop_state)
+  filtered = _apply_top_k_and_top_p(logits, top_k, top_p, per_example_top_k,
+                                    global_normalize, top_k_recall_target)
+  return _sample(filtered, prng_key, temperature, logits_sampler,
+                 decode_loop_state)
 
 
 class BaseNextTokenSampler(
@@ -324,6 +427,24 @@ class BaseNextTokenSampler(
     del inputs, num_samples
     return {}
 
+  def _get_prng_key(self, model: Any, prng_key: JTensor | None = None
+                    ) -> JTensor:
+    """The sampling key: the model's, unless per-example keys are given.
+
+    Per-example keys [B, ...] that are all DUMMY_PRNG_KEY stand for "none
+    given": the model's next key split B ways replaces them. The model's
+    stream advances either way (as in Pax); with `model` None, the given keys
+    are used as they are.
+    """
+    if prng_key is None:
+      return model.next_prng_key()
+    if model is None:
+      return prng_key
+    split = jax.random.split(model.next_prng_key(), prng_key.shape[0])
+    split = split.astype(prng_key.dtype)
+    return jax.lax.cond(jnp.all(prng_key == DUMMY_PRNG_KEY), lambda: split,
+                        lambda: prng_key)
+
 
 class DefaultNextTokenSampler(BaseNextTokenSampler):
   """Top-k / top-p / epsilon sampling at a temperature; top_k = 1 is greedy.
@@ -364,23 +485,41 @@ class DefaultNextTokenSampler(BaseNextTokenSampler):
       per_example_top_k: JTensor | None = None,
       gumbel_prng_key: JTensor | None = None,
   ) -> NestedMap:
-    """Samples the next ids; see BaseNextTokenSampler."""
+    """Samples the next ids; see BaseNextTokenSampler.
+
+    top_k > 1 samples among the top k (then top p); top_k = 0 among the
+    nucleus of the whole vocabulary, greedily if temperature is a float <= 0;
+    top_k = 1 is greedy. The random key (model's or per-example) is only
+    drawn when sampling.
+    """
     top_p = self.top_p if per_example_top_p is None else per_example_top_p
     filtered = epsilon_mask_logits(logits, self.epsilon_p)
-    if self.top_k == 1:
-      new_ids = jnp.argmax(filtered, axis=-1).astype(jnp.int32)
-      return NestedMap(new_ids=new_ids, logits=logits)
-    deterministic = not isinstance(temperature, jax.Array) and (
-        temperature is None or temperature == 0.0)
-    key = None
-    if not deterministic:
-      key = model.next_prng_key() if gumbel_prng_key is None else (
-          gumbel_prng_key)
-    new_ids, logprobs = sample_from_top_k_and_top_p(
-        filtered, key, None if deterministic else temperature, self.top_k,
-        top_p, per_example_top_k, self.global_normalize,
-        self.top_k_recall_target, self.logits_sampler, decode_loop_state)
-    out = NestedMap(new_ids=new_ids, logits=logits)
-    if self.use_top_k_for_logprobs:
-      out.logprobs_at_new_ids = logprobs
+    out = NestedMap(logits=logits)
+    if self.top_k > 1:
+      top_p_logits, logprobs, indices = _apply_top_k_and_top_p(
+          filtered, self.top_k, top_p, per_example_top_k,
+          self.global_normalize, self.top_k_recall_target)
+      pos, updates = self.logits_sampler(
+          self._get_prng_key(model, gumbel_prng_key), top_p_logits, indices,
+          temperature, decode_loop_state)
+      out.new_ids = _get_argmax_ids(pos, indices)
+      if self.use_top_k_for_logprobs:
+        out.logprobs_at_new_ids = _get_argmax_ids(pos, logprobs)
+      out.update(updates)
+      return out
+    sampled = self.top_k == 0 and (
+        isinstance(temperature, jax.Array) or temperature > 0.0)
+    if not sampled:
+      out.new_ids = jnp.argmax(
+          filtered if self.top_k else _maybe_top_p(filtered, top_p),
+          axis=-1).astype(jnp.int32)
+      return out
+    out.new_ids, updates = self.logits_sampler(
+        self._get_prng_key(model, gumbel_prng_key),
+        _maybe_top_p(filtered, top_p), None, temperature, decode_loop_state)
+    out.update(updates)
     return out
+
+
+def _maybe_top_p(logits: JTensor, top_p: float | JTensor | None) -> JTensor:
+  return logits if top_p is None else top_p_mask_logits(logits, top_p)

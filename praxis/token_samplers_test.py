@@ -74,18 +74,37 @@ class TopKTopPTest(test_utils.TestCase):
     masked = token_samplers.top_p_mask_logits(jnp.asarray(self.logits), 1.0)
     self.assertAllClose(masked, self.logits)
 
-  def test_global_normalize_uses_whole_vocabulary_probabilities(self):
-    # Top-3 of a row, then top-p with probabilities over all 10 tokens: the
-    # three kept probabilities may sum to less than p, so all three stay.
-    logits = np.log(np.array([[0.3, 0.2, 0.1] + [0.4 / 7] * 7], np.float32))
-    values, _ = token_samplers.get_top_k(jnp.asarray(logits), 3)
-    lse = jax.nn.logsumexp(jnp.asarray(logits), -1, keepdims=True)
-    local = token_samplers.top_p_mask_logits(values, 0.55, True)
-    global_ = token_samplers.top_p_mask_logits(values, 0.55, True, lse)
-    # Locally: 0.3/0.6 = 0.5 < 0.55, so 2 tokens; globally 0.3 + 0.2 < 0.55
-    # needs all 3.
-    self.assertEqual(int((np.asarray(local) > -1e20).sum()), 2)
-    self.assertEqual(int((np.asarray(global_) > -1e20).sum()), 3)
+  def test_global_normalize_divides_by_the_sum_of_all_logits(self):
+    # Pax's global normalization: the "probability" of a top-k token is its
+    # logit over the sum of all V logits; tokens are kept up to and including
+    # the first whose running total exceeds p.
+    logits = np.array([[4.0, 3.0, 2.0, 1.0, 1.0, 1.0]], np.float32)
+    for p, expected_kept in ((0.3, 1), (0.5, 2), (0.6, 3)):
+      masked, _, ids = token_samplers._apply_top_k_and_top_p(
+          jnp.asarray(logits), top_k=3, top_p=p, global_normalize=True)
+      running = np.cumsum(logits[0, :3] / logits.sum())
+      n = min(int((running <= p).sum()) + 1, 3)
+      self.assertEqual(n, expected_kept)
+      self.assertArraysEqual(ids, np.array([[0, 1, 2]]))
+      self.assertArraysEqual(np.asarray(masked) > -1e20,
+                             np.arange(3)[None] < n)
+
+  def test_apply_top_k_and_top_p_returns_top_k_logprobs(self):
+    logits = self.logits
+    top_p_logits, logprobs, ids = token_samplers._apply_top_k_and_top_p(
+        jnp.asarray(logits), top_k=4, top_p=0.5)
+    order = np.argsort(-logits, axis=-1)[:, :4]
+    top4 = np.take_along_axis(logits, order, -1)
+    self.assertArraysEqual(ids, order)
+    self.assertAllClose(logprobs, np_log_softmax(top4), atol=1e-6)
+    self.assertArraysEqual(kept(top_p_logits, top4),
+                           np_top_p_keep(top4, [0.5] * B))
+
+  def test_get_argmax_ids_picks_along_the_last_dim(self):
+    items = np.array([[[5, 6, 7], [8, 9, 10]]])
+    pos = np.array([[2, 0]])
+    got = token_samplers._get_argmax_ids(jnp.asarray(pos), jnp.asarray(items))
+    self.assertArraysEqual(got, np.array([[7, 8]]))
 
   def test_epsilon_mask_matches_numpy(self):
     masked = token_samplers.epsilon_mask_logits(jnp.asarray(self.logits), 0.1)
