@@ -20,6 +20,7 @@ from praxis.layers import embedding_softmax
 from praxis.layers import grouped_query_attention
 from praxis.layers import linears
 from praxis.layers import models
+from praxis.layers import ngrammer
 from praxis.layers import normalizations
 from praxis.layers import pipeline
 from praxis.layers import poolings
@@ -109,6 +110,11 @@ ClassificationMLPModel = models.ClassificationMLPModel
 ClassificationModel = models.ClassificationModel
 LanguageModel = models.LanguageModel
 SequenceModel = models.SequenceModel
+
+get_bigram_ids = ngrammer.get_bigram_ids
+Ngrammer = ngrammer.Ngrammer
+VectorQuantization = ngrammer.VectorQuantization
+VQNgrammer = ngrammer.VQNgrammer
 
 BaseNormalization = normalizations.BaseNormalization
 BatchNorm = normalizations.BatchNorm
