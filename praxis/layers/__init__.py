@@ -20,6 +20,7 @@ from praxis.layers import embedding_softmax
 from praxis.layers import grouped_query_attention
 from praxis.layers import linears
 from praxis.layers import models
+from praxis.layers import multi_query_attention
 from praxis.layers import ngrammer
 from praxis.layers import normalizations
 from praxis.layers import pipeline
@@ -104,6 +105,8 @@ SigmoidCrossEntropy = embedding_softmax.SigmoidCrossEntropy
 TrainablePositionalEmbedding = embedding_softmax.TrainablePositionalEmbedding
 
 GroupedQueryAttention = grouped_query_attention.GroupedQueryAttention
+MultiQueryDotProductAttention = (
+    multi_query_attention.MultiQueryDotProductAttention)
 
 BertModel = models.BertModel
 ClassificationMLPModel = models.ClassificationMLPModel
