@@ -19,12 +19,14 @@ from praxis.layers import einsum
 from praxis.layers import embedding_softmax
 from praxis.layers import grouped_query_attention
 from praxis.layers import linears
+from praxis.layers import mobilenet
 from praxis.layers import models
 from praxis.layers import multi_query_attention
 from praxis.layers import ngrammer
 from praxis.layers import normalizations
 from praxis.layers import pipeline
 from praxis.layers import poolings
+from praxis.layers import quantizer
 from praxis.layers import repeats
 from praxis.layers import resnets
 from praxis.layers import sequential
@@ -160,3 +162,9 @@ VanillaNet = vanillanets.VanillaNet
 VisionTransformer = vits.VisionTransformer
 VitEntryLayers = vits.VitEntryLayers
 VitExitLayers = vits.VitExitLayers
+
+MobileNet = mobilenet.MobileNet
+
+quantize_vector = quantizer.quantize_vector
+RandomVectorQuantizer = quantizer.RandomVectorQuantizer
+VectorQuantizer = quantizer.VectorQuantizer
