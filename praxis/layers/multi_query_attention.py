@@ -435,7 +435,7 @@ class MultiQueryDotProductAttention(base_layer.BaseLayer):
     else:
       encoded, probs = self._attention(query, key, value, atten_mask,
                                        relative_bias, dropout=True)
-      if self.num_kv_heads > 1:
+      if self.num_kv_heads > 1 and probs is not None:
         probs = probs.reshape(b, t, self.num_heads, s)
     encoded = checkpoint_name(self._shard_blnh(encoded), 'context')
     encoded = self._shard_bld(self.post(encoded))
