@@ -82,15 +82,15 @@ class BeamSearchTest(test_utils.TestCase):
   def test_hand_checked_beam_of_two(self):
     out = run_beam(((BOS,),), beam_size=2, max_decode_steps=2,
                    length_norm_alpha=0.0)
-    # Finished B EOS (0.36) beats the cut-off A A (0.27); A EOS (0.15) and
-    # A B (0.18) lose.
+    # Only finished hypotheses are kept: B EOS (0.4 * 0.9 = 0.36) and
+    # A EOS (0.6 * 0.25 = 0.15); the live A A (0.27) is dropped at the end.
     self.assertArraysEqual(out.output_ids[0],
-                           np.array([[BOS, B_, EOS], [BOS, A, A]]))
-    self.assertAllClose(out.scores[0], np.log([0.36, 0.27]), atol=1e-5)
+                           np.array([[BOS, B_, EOS], [BOS, A, EOS]]))
+    self.assertAllClose(out.scores[0], np.log([0.36, 0.15]), atol=1e-5)
     self.assertArraysEqual(out.decode_lengths[0], np.array([3, 3]))
     self.assertAllClose(out.logprobs[0],
                         np.array([[1.0, np.log(0.4), np.log(0.9)],
-                                  [1.0, np.log(0.6), np.log(0.45)]]),
+                                  [1.0, np.log(0.6), np.log(0.25)]]),
                         atol=1e-5)
     self.assertArraysEqual(out.prefix_ids, np.array([[[BOS]]]))
 
@@ -98,15 +98,17 @@ class BeamSearchTest(test_utils.TestCase):
     out = run_beam(((BOS,),), beam_size=2, max_decode_steps=2,
                    length_norm_alpha=1.0)
     norm = (2 + 5.0) / 5.0
-    self.assertAllClose(out.scores[0], np.log([0.36, 0.27]) / norm,
+    self.assertAllClose(out.scores[0], np.log([0.36, 0.15]) / norm,
                         atol=1e-5)
 
   def test_min_decode_steps_bars_eos(self):
-    out = run_beam(((BOS,),), beam_size=2, max_decode_steps=2,
+    out = run_beam(((BOS,),), beam_size=2, max_decode_steps=3,
                    length_norm_alpha=0.0, min_decode_steps=2)
+    # No EOS in the first two steps: the live A A (0.27) and A B (0.18)
+    # end at step 3 with A B EOS (0.162) and A A EOS (0.0675).
     self.assertArraysEqual(out.output_ids[0],
-                           np.array([[BOS, A, A], [BOS, A, B_]]))
-    self.assertAllClose(out.scores[0], np.log([0.27, 0.18]), atol=1e-5)
+                           np.array([[BOS, A, B_, EOS], [BOS, A, A, EOS]]))
+    self.assertAllClose(out.scores[0], np.log([0.162, 0.0675]), atol=1e-5)
 
   def test_right_aligned_prefixes_of_different_lengths(self):
     out = run_beam(((0, BOS), (BOS, B_)), beam_size=2, max_decode_steps=2,
@@ -118,12 +120,20 @@ class BeamSearchTest(test_utils.TestCase):
     self.assertAllClose(out.scores[:, 0], np.log([0.36, 0.9]), atol=1e-5)
     self.assertArraysEqual(out.prefix_lengths[:, 0], np.array([1, 2]))
 
-  def test_early_exit_gives_the_same_result(self):
+  def test_early_exit_keeps_eos_hypotheses_in_the_beam(self):
     kwargs = {'beam_size': 2, 'max_decode_steps': 4, 'length_norm_alpha': 0.0}
     full = run_beam(((BOS,),), **kwargs)
     early = run_beam(((BOS,),), early_exit=True, **kwargs)
-    self.assertArraysEqual(early.output_ids, full.output_ids)
-    self.assertAllClose(early.scores, full.scores)
+    self.assertArraysEqual(early.output_ids[0, 0], full.output_ids[0, 0])
+    self.assertAllClose(early.scores[0, 0], full.scores[0, 0])
+    # With early_exit the live beam may take EOS (then it is done): after
+    # step 2 it holds B EOS (0.36, done) and A A (0.27); B EOS goes on with
+    # EOS (p = 1), so B EOS EOS also finishes with 0.36, while the A A ...
+    # hypothesis never takes EOS in the beam.
+    self.assertArraysEqual(early.done, np.array([[True, False]]))
+    self.assertAllClose(early.scores[0], np.log([0.36, 0.36]), atol=1e-5)
+    self.assertArraysEqual(early.output_ids[0, 1],
+                           np.array([BOS, B_, EOS, EOS, 0]))
 
   def test_beam_of_one_equals_greedy(self):
     out = run_beam(((BOS,),), model='chain', beam_size=1, max_decode_steps=4,
