@@ -1,0 +1,1 @@
+"""Contributed code (as in Pax)."""
