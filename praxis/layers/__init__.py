@@ -10,6 +10,7 @@ poolings, ResNets, models and the rest, below.
 """
 
 from praxis.layers import activations
+from praxis.layers import adapters
 from praxis.layers import attentions
 from praxis.layers import base_ops
 from praxis.layers import bregman
@@ -19,6 +20,7 @@ from praxis.layers import einsum
 from praxis.layers import embedding_softmax
 from praxis.layers import grouped_query_attention
 from praxis.layers import linears
+from praxis.layers import losses
 from praxis.layers import mobilenet
 from praxis.layers import models
 from praxis.layers import multi_query_attention
@@ -30,6 +32,8 @@ from praxis.layers import quantizer
 from praxis.layers import repeats
 from praxis.layers import resnets
 from praxis.layers import sequential
+from praxis.layers import ssm
+from praxis.layers import ssm_transformers
 from praxis.layers import stochastics
 from praxis.layers import transformer_models
 from praxis.layers import transformers
@@ -87,6 +91,9 @@ PerDimScale = attentions.PerDimScale
 RelativeBias = attentions.RelativeBias
 segment_mask = attentions.segment_mask
 
+AdaptedTransformerFeedForward = adapters.AdaptedTransformerFeedForward
+MultitaskResidualAdapter = adapters.MultitaskResidualAdapter
+
 AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
 
 BregmanPCA = bregman.BregmanPCA
@@ -109,6 +116,8 @@ TrainablePositionalEmbedding = embedding_softmax.TrainablePositionalEmbedding
 GroupedQueryAttention = grouped_query_attention.GroupedQueryAttention
 MultiQueryDotProductAttention = (
     multi_query_attention.MultiQueryDotProductAttention)
+
+BiTemperedLoss = losses.BiTemperedLoss
 
 BertModel = models.BertModel
 ClassificationMLPModel = models.ClassificationMLPModel
@@ -137,6 +146,10 @@ Pooling = poolings.Pooling
 Pooling1D = poolings.Pooling1D
 
 Repeat = repeats.Repeat
+
+SSM = ssm.SSM
+SSMGated = ssm_transformers.SSMGated
+SSMTransformer = ssm_transformers.SSMTransformer
 
 ResNet = resnets.ResNet
 ResNetBlock = resnets.ResNetBlock
