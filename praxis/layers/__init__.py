@@ -12,12 +12,15 @@ poolings, ResNets, models and the rest, below.
 from praxis.layers import activations
 from praxis.layers import adapters
 from praxis.layers import attentions
+from praxis.layers import augmentations
 from praxis.layers import base_ops
 from praxis.layers import bregman
 from praxis.layers import checkpoint_policy
+from praxis.layers import conformers
 from praxis.layers import convolutions
 from praxis.layers import einsum
 from praxis.layers import embedding_softmax
+from praxis.layers import frnn
 from praxis.layers import grouped_query_attention
 from praxis.layers import linears
 from praxis.layers import losses
@@ -31,7 +34,9 @@ from praxis.layers import poolings
 from praxis.layers import quantizer
 from praxis.layers import repeats
 from praxis.layers import resnets
+from praxis.layers import rnn_cell
 from praxis.layers import sequential
+from praxis.layers import spectrum_augmenter
 from praxis.layers import ssm
 from praxis.layers import ssm_transformers
 from praxis.layers import stochastics
@@ -181,3 +186,18 @@ MobileNet = mobilenet.MobileNet
 quantize_vector = quantizer.quantize_vector
 RandomVectorQuantizer = quantizer.RandomVectorQuantizer
 VectorQuantizer = quantizer.VectorQuantizer
+
+# Speech: LSTM cells and RNNs, Conformer, augmentations.
+CifgLstmCellSimple = rnn_cell.CifgLstmCellSimple
+LayerNormalizedLstmCellSimple = rnn_cell.LayerNormalizedLstmCellSimple
+LstmCellSimple = rnn_cell.LstmCellSimple
+FRnn = frnn.FRnn
+LstmFrnn = frnn.LstmFrnn
+StackFrnn = frnn.StackFrnn
+Conformer = conformers.Conformer
+DotProductAttentionWithContext = conformers.DotProductAttentionWithContext
+DotProductAttentionWithContextXL = conformers.DotProductAttentionWithContextXL
+SelfAttentionWithNormAndResidual = conformers.SelfAttentionWithNormAndResidual
+MaskedLmDataAugmenter = augmentations.MaskedLmDataAugmenter
+TemporalShifting = augmentations.TemporalShifting
+SpectrumAugmenter = spectrum_augmenter.SpectrumAugmenter
