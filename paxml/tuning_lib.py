@@ -325,7 +325,7 @@ def tune(
       trial_dir = dirnames.dirname(feedback.id)
       if search_p.add_experiment_config_to_metadata and reports:
         _record_experiment_config(sub_experiments, feedback)
-      if journal is not None and journal.replay(feedback):
+      if journal is not None and journal.replay(feedback, trial_dir):
         continue
       logging.info('Trial %d (group %r) starts in %s.', feedback.id,
                    tuner_group, trial_dir)

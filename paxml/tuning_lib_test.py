@@ -5,9 +5,11 @@ import math
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from absl.testing import absltest
 import pyglove as pg
@@ -63,6 +65,42 @@ def _report_loss(experiment, work_unit, trial_dir, stop_fn, calls=None):
             steps_per_sec=1.0)):
       break
   del trial_dir
+
+
+def _worker(root: str, trained_log: str) -> None:
+  """One worker process of a shared study (run by the two-worker test).
+
+  Appends the (x, y) of every trial it trains to `trained_log`. Its first
+  trial waits until another worker has claimed a trial in the journal: with
+  both workers waiting so, each trains at least one trial, at the same time
+  as the other.
+  """
+  journal = pathlib.Path(root) / 'study_journal' / 'shared.json'
+  me = f':{os.getpid()}'
+
+  def other_has_claimed():
+    try:
+      trials = json.loads(journal.read_text())['trials']
+    except (FileNotFoundError, ValueError):
+      return False
+    return any(not t['owner'].endswith(me) for t in trials)
+
+  waited = []
+
+  def trial_fn(experiment, work_unit, trial_dir, stop_fn):
+    task = experiment.task()
+    with open(trained_log, 'a') as f:
+      f.write(f'{task.x},{task.y}\n')
+    if not waited:
+      waited.append(True)
+      deadline = time.monotonic() + 120
+      while not other_has_claimed():
+        if time.monotonic() > deadline:
+          raise TimeoutError('the other worker never claimed a trial')
+    _report_loss(experiment, work_unit, trial_dir, stop_fn)
+
+  tuning_lib.tune(trial_fn, Quadratic(), None, pathlib.Path(root),
+                  study='shared')
 
 
 class TuningMetricsTest(absltest.TestCase):
@@ -183,6 +221,51 @@ class TuneTest(absltest.TestCase):
     self.assertEqual(
         [(r['decisions'], r['reward']) for r in resumed['trials']],
         [(r['decisions'], r['reward']) for r in fresh['trials']])
+
+  def test_two_workers_share_a_study_and_train_each_trial_once(self):
+    root = _tmp(self)
+    logs = [root / 'trained_a.txt', root / 'trained_b.txt']
+    env = dict(os.environ, JAX_PLATFORMS='cpu')
+    procs = [subprocess.Popen(
+        [sys.executable, '-c',
+         'import sys; from paxml import tuning_lib_test as t; '
+         't._worker(sys.argv[1], sys.argv[2])', str(root), str(log)],
+        cwd=_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True) for log in logs]
+    for proc in procs:
+      out, _ = proc.communicate(timeout=300)
+      self.assertEqual(proc.returncode, 0, out[-3000:])
+    trained = [log.read_text().split() if log.exists() else [] for log in logs]
+    # Both worked, no trial twice, every one of the 8 once.
+    self.assertNotEmpty(trained[0])
+    self.assertNotEmpty(trained[1])
+    self.assertEmpty(set(trained[0]) & set(trained[1]))
+    self.assertLen(trained[0] + trained[1], 8)
+    summary = json.loads((root / 'shared_summary.json').read_text())
+    self.assertEqual([r['status'] for r in summary['trials']],
+                     ['completed'] * 8)
+    self.assertIn('X=3|Y=0.0', summary['best_trial']['dir'])
+
+  def test_a_dead_workers_claim_is_taken_over(self):
+    root = _tmp(self)
+    # A worker that died holding trial 1 (a pid that is not running).
+    dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                          capture_output=True, text=True, check=True)
+    calls = []
+    tuning_lib.tune(lambda *a: _report_loss(*a, calls=calls), Quadratic(),
+                    None, root, study='taken_over', max_num_trials=1)
+    path = root / 'study_journal' / 'taken_over.json'
+    saved = json.loads(path.read_text())
+    saved['trials'][0].update(
+        status='running', measurements=[],
+        owner=f'{socket.gethostname()}:{dead.stdout.strip()}')
+    path.write_text(json.dumps(saved))
+    calls.clear()
+    tuning_lib.tune(lambda *a: _report_loss(*a, calls=calls), Quadratic(),
+                    None, root, study='taken_over', max_num_trials=1)
+    self.assertEqual(calls, [(1, 0.0)])
+    summary = json.loads((root / 'taken_over_summary.json').read_text())
+    self.assertEqual(summary['trials'][0]['status'], 'completed')
 
   def test_journal_of_another_experiment_is_refused(self):
     root = _tmp(self)
