@@ -199,8 +199,8 @@ _DAMAGES = {
         'state/mdl_vars.params.proj.w: array data unreadable'),
     'truncated_array': (
         lambda j: _truncate(
-            j / _LATEST / 'state/opt_states_0_2_1.mu.params.proj.w/0.0'),
-        'state/opt_states_0_2_1.mu.params.proj.w: array data unreadable'),
+            j / _LATEST / 'state/opt_states_0_2.m.params.proj.w/0.0'),
+        'state/opt_states_0_2.m.params.proj.w: array data unreadable'),
     'missing_chunk': (
         lambda j: (j / _LATEST / 'state/mdl_vars.params.proj.w/0.0').unlink(),
         'mdl_vars.params.proj.w/0.0: missing array chunk'),

@@ -7,7 +7,6 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from paxml import checkpoints
 from paxml import tasks_lib
 from paxml import trainer_lib
@@ -78,10 +77,14 @@ def _np_vars(hps, rng):
       is_leaf=lambda x: isinstance(x, WeightHParams))
 
 
+def _is_adam(node):
+  """Pax's Adam state: NestedMap(count, m, v)."""
+  return isinstance(node, dict) and set(node) == {'count', 'm', 'v'}
+
+
 def _adam_state(tree):
-  is_adam = lambda n: isinstance(n, optax.ScaleByAdamState)
-  return next(x for x in jax.tree.leaves(tree, is_leaf=is_adam)
-              if is_adam(x))
+  return next(x for x in jax.tree.leaves(tree, is_leaf=_is_adam)
+              if _is_adam(x))
 
 
 class ConfigTest(test_utils.TestCase):
@@ -154,9 +157,9 @@ class TrainStateTest(test_utils.TestCase):
     state = task.create_train_state(_np_vars(hps, self.rng), hps)
     self.assertEqual(int(state.step), 0)
     adam = _adam_state(state.opt_states)
-    self.assertEqual(adam.mu['params']['w'].shape, (4, 8))
-    self.assertIsInstance(adam.mu['params']['b'], py_utils.BpropMaskedNode)
-    self.assertIsInstance(adam.mu['non_trainable']['count'],
+    self.assertEqual(adam.m['params']['w'].shape, (4, 8))
+    self.assertIsInstance(adam.m['params']['b'], py_utils.BpropMaskedNode)
+    self.assertIsInstance(adam.m['non_trainable']['count'],
                           py_utils.BpropMaskedNode)
     grad_mask, opt_mask = trainer_lib.get_excluded_var_masks(
         hps, task.learners[0])
@@ -231,13 +234,13 @@ class InitFromCheckpointTest(test_utils.TestCase):
     state = src.create_train_state(_np_vars(hps, self.rng), hps)
     # Variables moved away from their EMA, and Adam's nu away from zero, as
     # after training.
-    is_adam = lambda n: isinstance(n, optax.ScaleByAdamState)
     state = state.replace(
         step=jnp.array(step, jnp.uint32),
         mdl_vars=jax.tree.map(lambda v: v + 1.0, state.mdl_vars),
         opt_states=jax.tree.map(
-            lambda n: n._replace(nu=jax.tree.map(lambda v: v + 2.0, n.nu))
-            if is_adam(n) else n, state.opt_states, is_leaf=is_adam))
+            lambda n: py_utils.NestedMap(
+                n, v=jax.tree.map(lambda v: v + 2.0, n.v))
+            if _is_adam(n) else n, state.opt_states, is_leaf=_is_adam))
     ckpt_dir = tempfile.mkdtemp()
     checkpoints.save_checkpoint(state, ckpt_dir)
     return src_p, state, ckpt_dir
@@ -270,7 +273,7 @@ class InitFromCheckpointTest(test_utils.TestCase):
     self.assertEqual(repr(provenance.mdl_vars['params']['b']),
                      '"(random_init)"')
     # Fresh Adam moments for the loaded weights (none were loaded).
-    self.assertArraysEqual(_adam_state(state.opt_states).mu['params']['w'],
+    self.assertArraysEqual(_adam_state(state.opt_states).m['params']['w'],
                            np.zeros((4, 8)))
 
   def test_ema_values_and_partial_optimizer_states(self):
@@ -279,18 +282,18 @@ class InitFromCheckpointTest(test_utils.TestCase):
     self.assertAllClose(saved_ema['b'], saved.mdl_vars['params']['b'] - 1.0)
     state, provenance = self._init({ckpt_dir: self._rules(
         src_p, [(r'params/(.*)', 'ema/params/{}'),
-                (r'(.*)/mu/params/w', '{}/nu/params/w')],
+                (r'(.*)/m/params/w', '{}/v/params/w')],
         partial_load_opt_states=True)}, ema_decay=0.5)
     self.assertArraysEqual(state.mdl_vars['params']['b'], saved_ema['b'])
     self.assertArraysEqual(state.mdl_vars['params']['w'], saved_ema['w'])
-    # mu of w is read from the saved nu of w (2.0 + 0); nu stays fresh.
+    # m of w is read from the saved v of w (2.0 + 0); v stays fresh.
     adam = _adam_state(state.opt_states)
-    self.assertArraysEqual(adam.mu['params']['w'], np.full((4, 8), 2.0))
-    self.assertArraysEqual(adam.nu['params']['w'], np.zeros((4, 8)))
+    self.assertArraysEqual(adam.m['params']['w'], np.full((4, 8), 2.0))
+    self.assertArraysEqual(adam.v['params']['w'], np.zeros((4, 8)))
     came_from = _adam_state(provenance.opt_states)
-    self.assertEqual(repr(came_from.mu['params']['w']),
+    self.assertEqual(repr(came_from.m['params']['w']),
                      f'"({ckpt_dir}:latest)"')
-    self.assertEqual(repr(came_from.nu['params']['w']), '"(random_init)"')
+    self.assertEqual(repr(came_from.v['params']['w']), '"(random_init)"')
 
   def test_wrong_patterns_and_missing_ema_are_named(self):
     src_p, _, ckpt_dir = self._saved()
@@ -347,8 +350,8 @@ class PartitionSpecTest(test_utils.TestCase):
     self.assertEqual(specs.mdl_vars['params']['b'], PartitionSpec(None))
     self.assertEqual(specs.step, PartitionSpec())
     adam = _adam_state(specs.opt_states)
-    self.assertEqual(adam.mu['params']['w'], w_spec)
-    self.assertEqual(adam.nu['params']['w'], w_spec)
+    self.assertEqual(adam.m['params']['w'], w_spec)
+    self.assertEqual(adam.v['params']['w'], w_spec)
     self.assertEqual(adam.count, PartitionSpec())
     ema = tasks_lib.optimizers.extract_ema(specs.opt_states[0])
     self.assertEqual(ema['params']['w'], w_spec)

@@ -5,8 +5,8 @@ whose state is a tuple of small states (`FactoredState`, `EmaState`, step
 counts...). Pax keeps one state per optimizer, e.g.
 `ShardedAdafactorState(count, m, m_scale, vr, vc, v)` for Adafactor.
 `pax_layout(chain, ...)` stores the chain's state in such a layout and
-rebuilds the tuple for each update (used for Adafactor; Adam and Lion keep
-optax's states, which the project's trainer tests read). Every counted
+rebuilds the tuple for each update (used for Adafactor and Lion; Adam is
+written directly in Pax's layout, `_sharded_adam`). Every counted
 sub-state counts the same updates, so one `count` holds them all.
 
 For Adafactor, `m` is the momentum (float; Pax may store it as int8 with

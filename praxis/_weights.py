@@ -183,7 +183,6 @@ class WeightHParams:
   fan_out_axes: Sequence[int] | None = None
 
   def __post_init__(self):
-    self.shape = list(self.shape)
     if self.collections is None:
       self.collections = []
     if self.mesh_shape is not None and self.tensor_split_dims_mapping is None:

@@ -72,6 +72,7 @@ import optax
 
 from praxis import _optimizer_transforms
 from praxis import _pax_states
+from praxis import _sharded_adam
 from praxis import base_hyperparams
 from praxis import base_layer
 from praxis import pax_fiddle
@@ -150,35 +151,10 @@ def _cap_decay_and_scale(
   return txs
 
 
-def sharded_adam(
-    learning_rate_fn: Schedule,
-    beta1: float,
-    beta2: float,
-    epsilon: float,
-    epsilon_root: float,
-    update_capping: float,
-    weight_decay: float,
-    maybe_inf_to_nan: bool = True,
-) -> ShardedGradientTransformation:
-  """Adam with Pax's update capping and (coupled-to-lr) weight decay.
+sharded_adam = _sharded_adam.sharded_adam
 
-  update = -lr * (cap(m_hat / (sqrt(v_hat + epsilon_root) + epsilon))
-  + weight_decay * v), where cap scales each variable's update down to an RMS
-  of at most `update_capping` (if > 0).
-
-  Args:
-    learning_rate_fn: The learning rate schedule.
-    beta1, beta2, epsilon, epsilon_root, weight_decay, maybe_inf_to_nan: As
-      the fields of `Adam`.
-    update_capping: `Adam.clip_threshold`.
-
-  Returns:
-    The transformation.
-  """
-  txs = [_inf_to_nan()] if maybe_inf_to_nan else []
-  txs.append(optax.scale_by_adam(beta1, beta2, epsilon, epsilon_root))
-  txs += _cap_decay_and_scale(learning_rate_fn, update_capping, weight_decay)
-  return _sharded(optax.chain(*txs))
+# Field of a chained optax sub-state -> field of Pax's `NestedMap(count, m)`.
+_LION_FIELDS = {'count': 'count', 'mu': 'm'}
 
 
 def sharded_lion(
@@ -197,11 +173,12 @@ def sharded_lion(
     update_capping: `Lion.clip_threshold`.
 
   Returns:
-    The transformation.
+    The transformation; its state is Pax's `NestedMap(count, m)`.
   """
   txs = [_inf_to_nan(), optax.scale_by_lion(beta1, beta2, mu_dtype=m_dtype)]
   txs += _cap_decay_and_scale(learning_rate_fn, update_capping, weight_decay)
-  return _sharded(optax.chain(*txs))
+  return _sharded(_pax_states.pax_layout(
+      optax.chain(*txs), NestedMap, _LION_FIELDS))
 
 
 def adafactor_decay_rate_adam(beta2: float, step_counter: JTensor) -> JTensor:

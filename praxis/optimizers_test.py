@@ -191,6 +191,31 @@ class OptimizersTest(test_utils.TestCase):
 
     self.assertUpdatesClose(got, _np_steps(self.params, self.grads, step))
 
+  def test_adam_and_lion_states_have_pax_layout(self):
+    # Pax's Adam keeps the bias-corrected moments in NestedMap(count, m, v):
+    # after t steps m = m_raw / (1 - b1**t), v = v_raw / (1 - b2**t).
+    _, _, state = _run(_cfg(optimizers.Adam, beta2=0.99), self.params,
+                       self.grads)
+    adam = state[2]
+    self.assertEqual(sorted(adam), ['count', 'm', 'v'])
+    self.assertEqual(int(adam.count), 3)
+    for k in ('w', 'b'):
+      gs = [np.asarray(g[k], np.float64) for g in self.grads]
+      m_raw = 0.1 * (0.81 * gs[0] + 0.9 * gs[1] + gs[2])
+      v_raw = 0.01 * (0.9801 * gs[0]**2 + 0.99 * gs[1]**2 + gs[2]**2)
+      self.assertAllClose(adam.m[k], m_raw / (1 - 0.9**3), rtol=1e-5,
+                          check_dtypes=False)
+      self.assertAllClose(adam.v[k], v_raw / (1 - 0.99**3), rtol=1e-5,
+                          check_dtypes=False)
+    _, _, state = _run(_cfg(optimizers.Lion, beta2=0.5, m_dtype=jnp.float32),
+                       self.params, self.grads[:2])
+    lion = state[2]
+    self.assertEqual(sorted(lion), ['count', 'm'])
+    self.assertEqual(int(lion.count), 2)
+    want = 0.25 * np.asarray(self.grads[0]['w']) + 0.5 * np.asarray(
+        self.grads[1]['w'])
+    self.assertAllClose(lion.m['w'], want, rtol=1e-6)
+
   @parameterized.named_parameters(
       ('adam_decay_momentum_wd', {'decay_method': 'adam', 'decay_adam': 0.9,
                                   'beta1': 0.9, 'weight_decay': 0.1},
