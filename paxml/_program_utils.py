@@ -5,8 +5,10 @@ Private to `paxml.programs` and `paxml.decode_programs`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import math
 import time
 from typing import Any, Iterator
 
@@ -14,6 +16,7 @@ from etils import epath
 import jax
 import numpy as np
 from paxml import base_metrics
+from paxml import summary_utils
 from praxis import base_hyperparams
 
 
@@ -26,7 +29,8 @@ def tokens_in_batch(batch: Any) -> int:
   """Non-padding tokens of an LM batch (`paddings`), else its examples."""
   paddings = batch.get('paddings') if isinstance(batch, dict) else None
   if paddings is not None and np.ndim(paddings) >= 2:
-    return int(np.sum(1.0 - np.asarray(paddings)))
+    # sum(1 - p) without building `1 - p` (this runs once per train step).
+    return int(round(np.size(paddings) - float(np.sum(paddings))))
   leaves = jax.tree.leaves(batch)
   return int(leaves[0].shape[0]) if leaves else 0
 
@@ -40,6 +44,168 @@ def host_scalars(weighted_scalars: Any) -> dict[str, tuple[float, float]]:
     else:
       out[key] = (float(np.asarray(pair)), 1.0)
   return out
+
+
+def fetch(tree: Any) -> Any:
+  """`tree` on the host in one `jax.device_get` (one wait, not one per leaf).
+
+  Arrays split over processes are read from this process's first shard
+  (step outputs are replicated).
+  """
+  def local(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      return x.addressable_data(0)
+    return x
+  return jax.device_get(jax.tree.map(local, tree))
+
+
+def batch_rows(batch: Any) -> int | None:
+  """The rows of a host batch (its leaves' leading dim); None if none."""
+  leaves = [x for x in jax.tree.leaves(batch) if np.ndim(x) >= 1]
+  return int(np.shape(leaves[0])[0]) if leaves else None
+
+
+def batch_parts(partitioner: Any, batch: Any) -> int:
+  """How many parts the partitioner splits the batch dimension into."""
+  mesh = getattr(partitioner, 'global_mesh', None)
+  spec_of = getattr(partitioner, 'input_partition_spec', None)
+  if mesh is None or spec_of is None:
+    return 1
+  parts = 1
+  for ndim in {np.ndim(x) for x in jax.tree.leaves(batch) if np.ndim(x)}:
+    spec = spec_of(ndim)
+    axes = spec[0] if len(spec) else None
+    if axes is None:
+      continue
+    axes = axes if isinstance(axes, tuple) else (axes,)
+    n = int(np.prod([mesh.shape[a] for a in axes if a in mesh.shape]))
+    parts = math.lcm(parts, n)
+  return parts
+
+
+def pad_rows(batch: Any, rows: int, target: int) -> Any:
+  """`batch` with `target - rows` more rows (leaves led by `rows` only).
+
+  The new rows are zeros, except in `paddings`, where they are ones (all
+  padding).
+  """
+  def pad(path, x):
+    if np.ndim(x) == 0 or np.shape(x)[0] != rows:
+      return x
+    name = getattr(path[-1], 'key', getattr(path[-1], 'name', None))
+    fill = 1 if name == 'paddings' else 0
+    widths = [(0, target - rows)] + [(0, 0)] * (np.ndim(x) - 1)
+    return np.pad(np.asarray(x), widths, constant_values=fill)
+  return jax.tree_util.tree_map_with_path(pad, batch)
+
+
+def take_rows(tree: Any, padded: int, rows: int) -> Any:
+  """The first `rows` of each leaf led by `padded` rows (others as they are)."""
+  return jax.tree.map(
+      lambda x: x[:rows] if np.ndim(x) and np.shape(x)[0] == padded else x,
+      tree)
+
+
+class InFlight:
+  """Bounds how many dispatched steps may wait for the devices.
+
+  Dispatch is asynchronous: without a bound the host queues every batch
+  (holding its inputs on the devices). Waiting for the step `limit` back
+  keeps the devices fed; nothing is copied to the host.
+  """
+
+  def __init__(self, limit: int):
+    """Constructor.
+
+    Args:
+      limit: Steps allowed in flight (<= 0: no bound).
+    """
+    self._limit = int(limit)
+    self._queue = collections.deque()
+
+  def add(self, marker: Any) -> None:
+    """Counts a dispatched step by one of its outputs (a device array)."""
+    if self._limit <= 0:
+      return
+    self._queue.append(marker)
+    if len(self._queue) > self._limit:
+      jax.block_until_ready(self._queue.popleft())
+
+  def wait_all(self) -> None:
+    while self._queue:
+      jax.block_until_ready(self._queue.popleft())
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryEntry:
+  """Host values of one train summary, maybe over several steps.
+
+  Attributes:
+    step: The step it is written at (the last one it holds).
+    loss: The mean of the steps' losses.
+    weighted_scalars: `{key: [(value, weight), ...]}`, one pair per step.
+    summary_tensors: `{key: [value, ...]}`, one value per step.
+  """
+
+  step: int
+  loss: float
+  weighted_scalars: dict[str, list[Any]]
+  summary_tensors: dict[str, list[Any]]
+
+  @classmethod
+  def of(cls, steps_and_outputs: list[tuple[int, Any]]) -> SummaryEntry:
+    """The entry of `[(step, StepFnOutput), ...]`, fetched at once."""
+    host = fetch([(o.loss, o.weighted_scalars, o.summary_tensors)
+                  for _, o in steps_and_outputs])
+    weighted = collections.defaultdict(list)
+    tensors = collections.defaultdict(list)
+    for _, scalars, summaries in host:
+      for key, pair in dict(scalars or {}).items():
+        weighted[key].append(tuple(pair))
+      for key, value in summary_utils.flatten_summary_dict(summaries or {}):
+        tensors[key].append(value)
+    loss = float(np.mean([np.mean(loss) for loss, _, _ in host]))
+    return cls(steps_and_outputs[-1][0], loss, dict(weighted), dict(tensors))
+
+
+class SummaryAccumulator:
+  """Pax's `summary_accumulate_interval_steps` for the train program.
+
+  The outputs of every `interval`-th step are kept as they are (device
+  arrays: no wait); `take`, at a summary step, fetches them at once and
+  averages them: the loss (mean over the steps), weighted scalars (by
+  weight) and scalar summaries (mean); images, audio and text of all the
+  steps are written, the newest first. The entry is written at the last
+  accumulated step, as Pax's SummaryHandler does.
+  """
+
+  def __init__(self, interval: int | None):
+    """Constructor.
+
+    Args:
+      interval: `train.summary_accumulate_interval_steps` (None: off).
+    """
+    if interval is not None and (isinstance(interval, bool) or
+                                 int(interval) != interval or interval < 1):
+      raise ValueError('train.summary_accumulate_interval_steps must be None '
+                       f'or an integer >= 1, got {interval!r}.')
+    self._interval = None if interval is None else int(interval)
+    self._pending: list[tuple[int, Any]] = []
+
+  def due(self, step: int) -> bool:
+    """Whether the outputs of the step that ends at `step` are kept."""
+    return self._interval is not None and step % self._interval == 0
+
+  def add(self, step: int, outputs: Any) -> None:
+    """Keeps a step's `StepFnOutput` (its arrays stay on the devices)."""
+    self._pending.append((step, outputs))
+
+  def take(self) -> SummaryEntry | None:
+    """The accumulated entry (None if nothing was kept); starts afresh."""
+    if not self._pending:
+      return None
+    pending, self._pending = self._pending, []
+    return SummaryEntry.of(pending)
 
 
 def new_metrics(task: Any) -> Any:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping
 from absl import logging
 from etils import epath
 import jax
+import jax.numpy as jnp
 import numpy as np
 from paxml import _program_utils
 from paxml import mfu
@@ -90,6 +91,11 @@ class TrainProgramOutput(ProgramOutput):
     new_train_step: The step count after it.
     steps_per_sec: Measured at summary steps, else None.
     eval_train_metrics: Metrics of the eval on the training batch, if run.
+    per_example_out: The model's per-example outputs, on summary steps of a
+      program built with `keep_per_example_out` (else None).
+
+  `weighted_scalars` are None on steps that write (or accumulate) no
+  summaries: those run a compiled step that returns the loss only.
   """
 
   loss: Any
@@ -97,6 +103,46 @@ class TrainProgramOutput(ProgramOutput):
   new_train_step: int
   steps_per_sec: float | None
   eval_train_metrics: Mapping[str, float] | None
+  per_example_out: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainStepStaticArgs(BaseStepFnStaticArgs):
+  """Static arguments of the train program's steps: which outputs to keep.
+
+  Each value compiles its own executable; XLA then drops the work of the
+  outputs left out (metrics, summaries, per-example outputs), so steps that
+  write no summaries compute and return the loss only. The new state is the
+  same either way.
+
+  Attributes:
+    with_summaries: Return the weighted scalars and summary tensors.
+    with_per_example_out: Return the per-example outputs.
+  """
+
+  with_summaries: bool = True
+  with_per_example_out: bool = True
+
+
+def _keep_outputs(out: StepFnOutput, static_args: Any) -> StepFnOutput:
+  """`out` without what `static_args` (a `_TrainStepStaticArgs`) leaves out."""
+  if not isinstance(static_args, _TrainStepStaticArgs):
+    return out
+  if not static_args.with_summaries:
+    out = out.replace(weighted_scalars=None, summary_tensors=None)
+  if not static_args.with_per_example_out:
+    out = out.replace(per_example_out=None)
+  return out
+
+
+def _train_step(jax_task: Any, states: Any, prng_key: jax.Array, inputs: Any,
+                fprop_dtype: Any = jnp.float32, var_weight_hparams: Any = None,
+                static_args: Any = None) -> tuple[Any, StepFnOutput]:
+  """`train_step_single_learner` with the outputs `static_args` keeps."""
+  states, out = trainer_lib.train_step_single_learner(
+      jax_task, states, prng_key, inputs, fprop_dtype=fprop_dtype,
+      var_weight_hparams=var_weight_hparams, static_args=static_args)
+  return states, _keep_outputs(out, static_args)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +235,17 @@ class BaseTrainProgram(Program):
   `train_input_partition_spec`.
   """
 
-  def __init__(self):
+  def __init__(self, keep_per_example_out: bool = False):
+    """Constructor.
+
+    Args:
+      keep_per_example_out: Return the model's per-example outputs of the
+        summary steps (`TrainProgramOutput.per_example_out`); else the
+        compiled step leaves them out.
+    """
+    self._keep_per_example_out = keep_per_example_out
+    self._static_args = None
+    self._accumulator = None
     self._task = None
     self._train_input = None
     self._partitioner = None
@@ -253,6 +309,15 @@ class BaseTrainProgram(Program):
     self._train_unpadded_global_batch_size = (
         train_input.get_global_batch_size(train_input))
     self._progress = _program_utils.Progress(init_step)
+    # Built once: a new object per step costs hashing in the step's cache.
+    self._static_args = {
+        with_summaries: _TrainStepStaticArgs(
+            unpadded_global_batch_size=self._train_unpadded_global_batch_size,
+            with_summaries=with_summaries,
+            with_per_example_out=with_summaries and self._keep_per_example_out)
+        for with_summaries in (False, True)}
+    self._accumulator = _program_utils.SummaryAccumulator(
+        task.train.summary_accumulate_interval_steps)
 
   @property
   def num_train_steps(self) -> int:
@@ -267,7 +332,12 @@ class BaseTrainProgram(Program):
     return step < self.num_train_steps
 
   def run(self, state: Any, step: int) -> TrainProgramOutput:
-    """Runs one training step (and its summaries and eval, when due)."""
+    """Runs one training step (and its summaries and eval, when due).
+
+    Steps that write or accumulate no summaries run a lean variant of the
+    compiled step that returns the loss only (see `_TrainStepStaticArgs`);
+    nothing here waits for the devices except at summary steps.
+    """
     train_p = self._task.train
     batch = self._train_input.get_next_padded()
     if step == self._initial_step and train_p.enforce_input_specs:
@@ -275,23 +345,28 @@ class BaseTrainProgram(Program):
     self._progress.count(batch)
     inputs = self._partitioner.preprocess_inputs(
         self._train_input, batch, self.train_input_partition_spec(batch))
-    static_args = BaseStepFnStaticArgs(
-        unpadded_global_batch_size=self._train_unpadded_global_batch_size)
+    write = bool(trainer_lib.is_summary_step(train_p, step + 1))
+    accumulate = self._accumulator.due(step + 1)
     new_step, state, outputs = self.train_step(
-        step, state, self._train_prng_seed, inputs, static_args)
+        step, state, self._train_prng_seed, inputs,
+        self._static_args[write or accumulate])
     self._bound_steps_in_flight(outputs)
     if step == self._initial_step:
       self.first_result_callback_fn(True)
+    if accumulate:
+      self._accumulator.add(new_step, outputs)
     steps_per_sec = None
-    if trainer_lib.is_summary_step(train_p, new_step):
+    if write:
       steps_per_sec = self._report(new_step, outputs)
     eval_metrics = None
     if self._should_eval_train(new_step):
-      eval_metrics = self._eval_train(state, new_step, inputs, static_args)
+      eval_metrics = self._eval_train(state, new_step, inputs,
+                                      self._static_args[True])
     return TrainProgramOutput(
         state, loss=outputs.loss, weighted_scalars=outputs.weighted_scalars,
         new_train_step=new_step, steps_per_sec=steps_per_sec,
-        eval_train_metrics=eval_metrics)
+        eval_train_metrics=eval_metrics,
+        per_example_out=outputs.per_example_out)
 
   @abc.abstractmethod
   def train_step(self, step: int, state: Any, prng_key: jax.Array,
@@ -333,13 +408,17 @@ class BaseTrainProgram(Program):
     out = self.eval_train_step(
         eval_state, jax.random.fold_in(self._eval_prng_seed, step), inputs,
         static_args)
-    scalars = _program_utils.host_scalars(out.weighted_scalars)
+    loss, weighted = _program_utils.fetch((out.loss, out.weighted_scalars))
+    scalars = _program_utils.host_scalars(weighted)
     summary_utils.write_summary_entry(self._eval_writer, step,
-                                      float(out.loss), scalars, {})
+                                      float(loss), scalars, {})
     return {k: v for k, (v, _) in scalars.items()}
 
   def _report(self, step: int, outputs: StepFnOutput) -> float:
-    loss = float(outputs.loss)  # Waits for the step: only at intervals.
+    """Logs and writes the summaries of a summary step (one device fetch)."""
+    entry = self._accumulator.take()
+    if entry is None:  # Not accumulating (or nothing accumulated yet).
+      entry = _program_utils.SummaryEntry.of([(step, outputs)])
     rates = self._progress.rates(step)
     utilisation = mfu.mfu(getattr(self._compiled_train_step(), 'flops', None),
                           rates.steps_per_sec, jax.device_count(),
@@ -347,15 +426,14 @@ class BaseTrainProgram(Program):
     eta = (self.num_train_steps - step) / max(rates.steps_per_sec, 1e-9)
     logging.info(
         'step %d/%d loss %.5f, %.2f steps/sec, %.0f tokens/sec, ETA %.0fs%s',
-        step, self.num_train_steps, loss, rates.steps_per_sec,
+        step, self.num_train_steps, entry.loss, rates.steps_per_sec,
         rates.tokens_per_sec, eta,
         '' if utilisation is None else f', MFU {100 * utilisation:.1f}%')
     if utilisation is not None:
       self._writer.add_scalar('MFU', utilisation, step)
     summary_utils.write_summary_entry(
-        self._writer, step, loss,
-        _program_utils.host_scalars(outputs.weighted_scalars),
-        summary_tensors=dict(outputs.summary_tensors or {}),
+        self._writer, entry.step, entry.loss, entry.weighted_scalars,
+        summary_tensors=entry.summary_tensors,
         steps_per_sec=rates.steps_per_sec)
     self._writer.add_scalar('tokens/sec', rates.tokens_per_sec, step)
     return rates.steps_per_sec
@@ -374,8 +452,8 @@ class BaseTrainProgram(Program):
 class SingleTaskTrainProgram(BaseTrainProgram):
   """Trains a single task on one input with trainer_lib's step functions."""
 
-  def __init__(self):
-    super().__init__()
+  def __init__(self, keep_per_example_out: bool = False):
+    super().__init__(keep_per_example_out)
     self._train_step_fn = None
     self._train_input_specs = None
     self._eval_train_step_fn = None
@@ -384,8 +462,7 @@ class SingleTaskTrainProgram(BaseTrainProgram):
     if self._train_step_fn is None:
       self._train_step_fn, self._train_input_specs = (
           self._partitioner.partition(
-              trainer_lib.train_step_single_learner,
-              trees.get_shape_dtype(inputs), is_eval=False))
+              _train_step, trees.get_shape_dtype(inputs), is_eval=False))
     return self._train_step_fn, self._train_input_specs
 
   def _compiled_train_step(self) -> Any:
@@ -409,6 +486,17 @@ class SingleTaskTrainProgram(BaseTrainProgram):
 
   def train_input_partition_spec(self, inputs: Any) -> Any:
     return self._get_train_step(inputs)[1]
+
+
+def _eval_step_metrics_only(jax_task: Any, states: Any, prng_key: jax.Array,
+                            inputs: Any, fprop_dtype: Any = jnp.float32,
+                            var_weight_hparams: Any = None,
+                            static_args: Any = None) -> tuple[None, Any]:
+  """`eval_step_single_learner` returning the loss and metrics only."""
+  _, out = trainer_lib.eval_step_single_learner(
+      jax_task, states, prng_key, inputs, fprop_dtype=fprop_dtype,
+      var_weight_hparams=var_weight_hparams, static_args=static_args)
+  return None, out.replace(per_example_out=None, summary_tensors=None)
 
 
 class BaseEvalProgram(Program):
@@ -463,28 +551,38 @@ class BaseEvalProgram(Program):
     return True
 
   def run(self, state: Any, step: int) -> EvalProgramOutput:
-    """Evaluates `state` over the whole input (see `reset_for_eval`)."""
+    """Evaluates `state` over the whole input (see `reset_for_eval`).
+
+    The batches are dispatched without waiting for their results (at most
+    `train.max_inflight_steps` of them ahead of the devices); the metrics of
+    all of them are fetched once, at the end.
+    """
     eval_state = get_eval_train_state(self._task, state,
                                       self._task.train.eval_use_ema_states)
-    metrics = _program_utils.new_metrics(self._task)
-    loss_key = self._task.learners[0].loss_name
-    losses, weights = [], []
     static_args = BaseStepFnStaticArgs(
         unpadded_global_batch_size=self._input.get_global_batch_size(
             self._input))
+    in_flight = _program_utils.InFlight(self._task.train.max_inflight_steps)
+    results = []
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.eval_input_partition_spec(batch))
       out = self.eval_step(eval_state,
                            jax.random.fold_in(self._eval_prng_seed, i),
                            inputs, static_args)
-      scalars = _program_utils.host_scalars(out.weighted_scalars)
+      in_flight.add(out.loss)
+      results.append((out.loss, out.weighted_scalars))
+    if not results:
+      raise ValueError(f'Eval input {self._name!r} produced no batch.')
+    metrics = _program_utils.new_metrics(self._task)
+    loss_key = self._task.learners[0].loss_name
+    losses, weights = [], []
+    for loss, weighted in _program_utils.fetch(results):
+      scalars = _program_utils.host_scalars(weighted)
       metrics.store(scalars)
-      losses.append(float(out.loss))
+      losses.append(float(loss))
       # Weighted like the metrics, so padded batches don't count.
       weights.append(scalars.get(loss_key, (0.0, 1.0))[1])
-    if not losses:
-      raise ValueError(f'Eval input {self._name!r} produced no batch.')
     final = {k: (float(v), float(w))
              for k, (v, w) in metrics.finalize().items()}
     loss = float(np.average(losses, weights=weights) if sum(weights)
@@ -513,15 +611,25 @@ class BaseEvalProgram(Program):
 class SingleTaskEvalProgram(BaseEvalProgram):
   """Evaluates a single task on one input with `eval_step_single_learner`."""
 
-  def __init__(self, input_p: Any):
+  def __init__(self, input_p: Any, keep_per_example_out: bool = False):
+    """Constructor.
+
+    Args:
+      input_p: Config of the eval input (built in `setup`).
+      keep_per_example_out: `eval_step` returns the model's per-example
+        outputs and summaries (the program uses neither: by default the
+        compiled step leaves them out).
+    """
     super().__init__(input_p)
+    self._keep_per_example_out = keep_per_example_out
     self._eval_step_fn = None
     self._input_specs = None
 
   def _get_eval_step(self, inputs: Any) -> tuple[Any, Any]:
     if self._eval_step_fn is None:
       self._eval_step_fn, self._input_specs = self._partitioner.partition(
-          trainer_lib.eval_step_single_learner,
+          trainer_lib.eval_step_single_learner if self._keep_per_example_out
+          else _eval_step_metrics_only,
           trees.get_shape_dtype(inputs), is_eval=True)
     return self._eval_step_fn, self._input_specs
 

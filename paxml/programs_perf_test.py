@@ -1,0 +1,166 @@
+"""Tests of the train program's lean steps and summary accumulation."""
+
+import pathlib
+import sys
+import tempfile
+
+from absl.testing import absltest
+import jax
+import numpy as np
+from paxml import partitioning_test
+from paxml import programs
+from praxis import base_input
+from praxis import pax_fiddle
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent / 'testdata'))
+import record_train_losses  # pylint: disable=g-import-not-at-top
+
+# The first 7 losses of `record_train_losses.run()`, recorded (as float32
+# hex) from the train program before it ran lean steps (commit eb4ad1c).
+_RECORDED = [float.fromhex(x) for x in (
+    '0x1.2dd99e0000000p+0', '0x1.9f65060000000p+0', '0x1.23cfcc0000000p+0',
+    '0x1.0164200000000p+0', '0x1.3891d00000000p+0', '0x1.0aee960000000p+0',
+    '0x1.2d796c0000000p+0')]
+_RECORDED_L2_SUM = 0.1357973219419364
+
+
+class _Writer:
+  """Records `add_scalar` calls: {(tag, step): value}."""
+
+  def __init__(self):
+    self.scalars = {}
+
+  def add_scalar(self, tag, value, step):
+    self.scalars[(tag, step)] = float(value)
+
+  def flush(self):
+    pass
+
+  def close(self):
+    pass
+
+
+def _program(steps, keep_per_example_out=False, **train_fields):
+  """(per-step TrainProgramOutputs, the writer) of a run of `steps`."""
+  task = partitioning_test._task(None, train_fields=dict(
+      num_train_steps=100, eval_interval_steps=0, **train_fields))
+  batches = list(partitioning_test._batches(4, batch=16))
+  data = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+  inp = base_input.InMemoryInput(name='train', batch_size=16, data=data,
+                                 input_random_seed=1, is_training=True)
+  partitioner = partitioning_test._partitioner(task)
+  state = partitioning_test._init(partitioner)
+  program = programs.SingleTaskTrainProgram(
+      keep_per_example_out=keep_per_example_out)
+  key = jax.random.PRNGKey(0)
+  program.setup(task, inp, partitioner, pathlib.Path(tempfile.mkdtemp()),
+                key, key, 0, enable_summary_writer=False)
+  writer = program._writer = _Writer()
+  outs = []
+  for step in range(steps):
+    outs.append(program.run(state, step))
+    state = outs[-1].state
+  program.shutdown()
+  return outs, writer
+
+
+class LeanStepsTest(absltest.TestCase):
+
+  def test_losses_and_state_are_those_recorded_before_the_change(self):
+    losses, state = record_train_losses.run(steps=7, summary_interval_steps=3)
+    np.testing.assert_allclose(losses, _RECORDED, rtol=1e-6)
+    l2 = np.asarray(state.mdl_vars['params']['l2']['w'], np.float64)
+    np.testing.assert_allclose(l2.sum(), _RECORDED_L2_SUM, rtol=1e-5)
+    # Every step a summary step (the full outputs each time): same numbers.
+    every, _ = record_train_losses.run(steps=7, summary_interval_steps=1)
+    self.assertEqual(losses, every)
+
+  def test_metrics_only_on_summary_steps_per_example_only_when_asked(self):
+    outs, writer = _program(4, summary_interval_steps=2)
+    self.assertEqual([o.weighted_scalars is None for o in outs],
+                     [True, False, True, False])
+    self.assertTrue(all(o.per_example_out is None for o in outs))
+    # Written at steps 2 and 4: that step's loss (no accumulation).
+    for step in (2, 4):
+      self.assertAlmostEqual(writer.scalars[('loss', step)],
+                             float(outs[step - 1].loss), places=6)
+      self.assertAlmostEqual(writer.scalars[('Metrics/loss', step)],
+                             float(outs[step - 1].loss), places=6)
+    self.assertNotIn(('loss', 1), writer.scalars)
+    outs, _ = _program(2, keep_per_example_out=True, summary_interval_steps=2)
+    self.assertIsNone(outs[0].per_example_out)
+    self.assertIsNotNone(outs[1].per_example_out)
+
+
+class EvalFetchTest(absltest.TestCase):
+
+  def test_metrics_fetched_once_and_equal_to_per_batch_numpy(self):
+    task = partitioning_test._task(None)
+    partitioner = partitioning_test._partitioner(task)
+    state = partitioning_test._init(partitioner)
+    batches = list(partitioning_test._batches(5, batch=16))
+    data = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+    eval_p = pax_fiddle.Config(
+        base_input.InMemoryInput, name='test', batch_size=16, data=data,
+        reset_for_eval=True)
+    program = programs.SingleTaskEvalProgram(eval_p)
+    program.setup(task, partitioner, tempfile.mkdtemp(),
+                  jax.random.PRNGKey(1), enable_summary_writer=False)
+    fetches = []
+    fetch = programs._program_utils.fetch
+
+    def counting_fetch(tree):
+      fetches.append(tree)
+      return fetch(tree)
+
+    programs._program_utils.fetch = counting_fetch
+    try:
+      out = program.run(state, 0)
+    finally:
+      programs._program_utils.fetch = fetch
+    program.shutdown()
+    self.assertLen(fetches, 1)  # One fetch of all 5 batches' metrics.
+    self.assertLen(fetches[0], 5)
+    self.assertEqual(out.num_eval_steps, 5)
+    # numpy: eval-mode BatchNorm (initial stats), MSE per batch, averaged
+    # (every batch has weight 1).
+    p = jax.tree.map(np.asarray, state.mdl_vars['params'])
+    mses = []
+    for b in batches:
+      h = np.maximum(b['inputs'] / np.sqrt(1 + 1e-3) @ p['l1']['w'], 0)
+      mses.append(np.mean((h @ p['l2']['w'] - b['targets']) ** 2))
+    np.testing.assert_allclose(out.eval_metrics['loss'], np.mean(mses),
+                               rtol=1e-4)
+
+
+class SummaryAccumulationTest(absltest.TestCase):
+
+  def test_every_step_accumulated_means_written_at_summary_steps(self):
+    outs, writer = _program(6, summary_interval_steps=3,
+                            summary_accumulate_interval_steps=1)
+    losses = [float(o.loss) for o in outs]
+    for step in (3, 6):
+      mean = np.mean(losses[step - 3:step])
+      self.assertAlmostEqual(writer.scalars[('loss', step)], mean, places=6)
+      # The MSE metric has weight 1 per step: the plain mean, weight 3.
+      self.assertAlmostEqual(writer.scalars[('Metrics/loss', step)], mean,
+                             places=6)
+      self.assertEqual(writer.scalars[('Metrics/loss-weight', step)], 3.0)
+
+  def test_every_other_step_written_at_the_last_accumulated_step(self):
+    outs, writer = _program(5, summary_interval_steps=5,
+                            summary_accumulate_interval_steps=2)
+    losses = [float(o.loss) for o in outs]
+    # Steps 2 and 4 are kept; the write at step 5 is labelled 4, as Pax.
+    self.assertAlmostEqual(writer.scalars[('loss', 4)],
+                           (losses[1] + losses[3]) / 2, places=6)
+    self.assertNotIn(('loss', 5), writer.scalars)
+
+  def test_bad_interval_is_refused(self):
+    with self.assertRaisesRegex(ValueError,
+                                'summary_accumulate_interval_steps'):
+      _program(0, summary_accumulate_interval_steps=0)
+
+
+if __name__ == '__main__':
+  absltest.main()
