@@ -13,6 +13,7 @@ outputs as JSON lines to
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Mapping
 
@@ -67,6 +68,7 @@ class SingleTaskDecodeProgram(programs.Program):
     self._writer = None
     self._step_fn = None
     self._input_specs = None
+    self._full_rows = None
 
   @property
   def decode_input(self) -> Any:
@@ -116,23 +118,32 @@ class SingleTaskDecodeProgram(programs.Program):
     return self._step_fn, self._input_specs
 
   def run(self, state: Any, step: int) -> DecodeProgramOutput:
-    """Decodes the whole input; writes metrics and outputs."""
+    """Decodes the whole input; writes metrics and outputs.
+
+    Batches are dispatched ahead of their results (`train.max_inflight_steps`
+    of them, at least one): the host turns batch i's outputs into records
+    while the devices decode the next ones. A batch with fewer rows than the
+    first one, or rows the data devices cannot split evenly, is padded (see
+    `_pad`) and its padded rows are dropped from the outputs.
+    """
     eval_state = programs.get_eval_train_state(
         self._task, state, self._task.train.decode_use_ema_states)
     metrics = _program_utils.new_metrics(self._task)
     records = []
+    lag = max(int(self._task.train.max_inflight_steps), 1)
+    pending = collections.deque()
     num_steps = 0
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
+      batch, rows = self._pad(batch)  # rows: (real, padded) or None.
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.decode_input_partition_spec(batch))
-      out = jax.device_get(self.decode_step(
-          eval_state, jax.random.fold_in(self._prng_key, i), inputs))
-      scalars, kv_pairs, _ = self._task.model.process_decode_out(
-          self._input, out.per_example_out)
-      metrics.store({**_program_utils.host_scalars(out.weighted_scalars),
-                     **_program_utils.host_scalars(scalars)})
-      records.extend(kv_pairs)
+      pending.append((rows, self.decode_step(
+          eval_state, jax.random.fold_in(self._prng_key, i), inputs)))
       num_steps += 1
+      if len(pending) > lag:
+        self._consume(*pending.popleft(), metrics, records)
+    while pending:
+      self._consume(*pending.popleft(), metrics, records)
     final = {k: (float(v), float(w))
              for k, (v, w) in metrics.finalize().items()}
     self._write_summaries(step, final)
@@ -146,6 +157,46 @@ class SingleTaskDecodeProgram(programs.Program):
     return DecodeProgramOutput(
         state, decode_metrics=values, processed_decode_metrics=values,
         num_decode_steps=num_steps, records=records)
+
+  def _consume(self, rows: tuple[int, int] | None, out: Any, metrics: Any,
+               records: list[Any]) -> None:
+    """Fetches one batch's outputs; stores its metrics and records."""
+    out = _program_utils.fetch(out)
+    per_example = out.per_example_out
+    if rows is not None:  # Drop the padded rows.
+      real, padded = rows
+      per_example = _program_utils.take_rows(per_example, padded, real)
+    scalars, kv_pairs, _ = self._task.model.process_decode_out(
+        self._input, per_example)
+    metrics.store({**_program_utils.host_scalars(out.weighted_scalars),
+                   **_program_utils.host_scalars(scalars)})
+    records.extend(kv_pairs)
+
+  def _pad(self, batch: Any) -> tuple[Any, tuple[int, int] | None]:
+    """(the batch padded to the full size, (real rows, padded rows) or None).
+
+    The full size is the first batch's rows (the input's batch size), rounded
+    up to a multiple of the devices its batch dimension is split over (on one
+    process). Padded rows are zeros, except `paddings` (1: all padding), so
+    `eval_sample_weights` and `paddings` mark them as empty; metrics the
+    model computes over the rows regardless count them. The
+    `batch_padding_size` rows the input pads itself are dropped too.
+    """
+    rows = _program_utils.batch_rows(batch)
+    if rows is None:
+      return batch, None
+    real = rows - int(getattr(self._input, 'batch_padding_size', 0) or 0)
+    if self._full_rows is None:
+      self._full_rows = rows
+    target = max(rows, self._full_rows)
+    if jax.process_count() == 1:
+      parts = _program_utils.batch_parts(self._partitioner, batch)
+      target = -(-target // parts) * parts
+    if target == real:
+      return batch, None
+    if target > rows:
+      batch = _program_utils.pad_rows(batch, rows, target)
+    return batch, (real, target)
 
   def _write_summaries(self, step: int, final: dict[str, Any]) -> None:
     prefix = self._task.decode.metrics_prefix

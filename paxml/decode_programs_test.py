@@ -44,7 +44,64 @@ class Doubler(base_model.BaseModel):
     return {}, pairs, {}
 
 
+class WeightedDoubler(Doubler):
+  """A Doubler whose metric counts rows by `eval_sample_weights`."""
+
+  def decode(self, input_batch):
+    x, w = input_batch.x, input_batch.eval_sample_weights
+    total = jnp.sum(w) * x.shape[1]
+    return ({'x_mean': (jnp.sum(x * w[:, None]) / total, total)},
+            NestedMap(doubled=2 * x, idx=input_batch.idx), {})
+
+
+class _UnpaddedInput(base_input.InMemoryInput):
+  """InMemoryInput without its own padding: the last batch is short."""
+
+  def get_next(self):
+    batch = super().get_next()
+    keep = batch.eval_sample_weights > 0
+    return jax.tree.map(lambda x: x[keep], batch)
+
+
+def _setup(model_cls, input_cls, num_rows, batch_size):
+  task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')
+  task_p.model = pax_fiddle.Config(model_cls, name='m')
+  task_p.train.learner.loss_name = 'loss'
+  task_p.train.learner.optimizer = pax_fiddle.Config(optimizers.Sgd)
+  task = base_hyperparams.instantiate(task_p)
+  x = np.arange(2 * num_rows, dtype=np.float32).reshape(num_rows, 2)
+  data = {'x': x, 'idx': np.arange(num_rows, dtype=np.int32)}
+  input_p = pax_fiddle.Config(input_cls, name='dec', batch_size=batch_size,
+                              data=data, reset_for_eval=True)
+  partitioner = partitioning.create_partitioner(task)
+  partitioner.setup(task, None, NestedMap(jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct((8,) + a.shape[1:], a.dtype), data)))
+  _, state, _ = partitioner.initialize_prng_key_and_train_state(
+      jax.random.PRNGKey(0), None, None)
+  return task, partitioner, state, input_p, x
+
+
 class DecodeProgramTest(absltest.TestCase):
+
+  def test_short_and_odd_batches_are_padded_and_trimmed(self):
+    # 21 rows in batches of 8 (last one 5 rows), then of 6 (not divisible
+    # by the 8 devices): both padded to 8, padded rows not in the outputs.
+    for batch_size, batches in ((8, 3), (6, 4)):
+      task, partitioner, state, input_p, x = _setup(
+          WeightedDoubler, _UnpaddedInput, 21, batch_size)
+      program = decode_programs.SingleTaskDecodeProgram(input_p)
+      job_dir = pathlib.Path(tempfile.mkdtemp())
+      program.setup(task, partitioner, job_dir, jax.random.PRNGKey(1),
+                    enable_summary_writer=False)
+      out = program.run(state, 1)
+      program.shutdown()
+      self.assertEqual(out.num_decode_steps, batches)
+      got = dict(out.records)
+      self.assertEqual(sorted(got), list(range(21)))
+      np.testing.assert_allclose([got[i] for i in range(21)], 2 * x)
+      # Padded rows have weight 0: the metric is the mean of the real rows.
+      self.assertAlmostEqual(out.decode_metrics['x_mean'], x.mean(),
+                             places=4)
 
   def test_outputs_and_metrics_match_numpy(self):
     task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')
