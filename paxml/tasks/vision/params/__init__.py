@@ -1,1 +1,2 @@
-"""Vision experiments: `mnist.MnistExperiment`, `digits.DigitsExperiment`."""
+"""Vision experiments: `mnist.MnistExperiment`, `digits.DigitsExperiment`,
+`imagenet_resnets.ResNet50Pjit`."""
