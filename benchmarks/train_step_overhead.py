@@ -11,8 +11,9 @@ MLP regression 512 wide (`--model=mlp`, batch 256):
 * reference: `jax.jit` of `value_and_grad` of the praxis model's loss +
   `optax.adam`, state donated, numpy batches passed straight in;
 * Pax: `SingleTaskTrainProgram.run` — the input's `get_next`, the partitioned
-  `train_step_single_learner` (learner, metrics, summaries), and the program's
-  logging at `summary_interval_steps`.
+  `train_step_single_learner` (learner; metrics and summaries computed only
+  on the steps that write them, the others run a loss-only variant), and the
+  program's logging at `summary_interval_steps`.
 
 After compilation the two loops alternate in short runs, `--repeats` times
 `--steps` steps each, so that the machine's drift (other tenants of a shared
@@ -38,7 +39,6 @@ from paxml import learners
 from paxml import partitioning
 from paxml import programs
 from paxml import tasks_lib
-from paxml import trainer_lib
 from praxis import base_input
 from praxis import base_layer
 from praxis import base_model
@@ -173,12 +173,18 @@ def pax_runners(task, data, batch):
     return program.run(state, step).state, step + 1
 
   loop = _timer(program_step, (fresh_state(), 0))
-  train_step, _ = partitioner.partition(
-      trainer_lib.train_step_single_learner, spec, is_eval=False)
+  # The variant the program runs off summary steps: the loss only.
+  # pylint: disable=protected-access
+  train_step, _ = partitioner.partition(programs._train_step, spec,
+                                        is_eval=False)
+  lean = programs._TrainStepStaticArgs(
+      unpadded_global_batch_size=batch, with_summaries=False,
+      with_per_example_out=False)
+  # pylint: enable=protected-access
   fixed = jax.tree.map(
       lambda x: jax.device_put(x, partitioner.input_sharding(x.ndim)),
       inp.get_next())
-  step_alone = _timer(lambda state: train_step(state, key, fixed)[0],
+  step_alone = _timer(lambda state: train_step(state, key, fixed, lean)[0],
                       fresh_state())
   return loop, step_alone
 
