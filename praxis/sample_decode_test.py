@@ -151,8 +151,10 @@ class GreedyDecodeTest(test_utils.TestCase):
     self.assertArraysEqual(out.output_ids[0, 0], ref.output_ids[0, 0])
     self.assertArraysEqual(out.output_ids[1, 0], ref.output_ids[1, 0])
     self.assertArraysEqual(out.decode_lengths, ref.decode_lengths)
+    # As in Pax, prefix_ids keep the width of the ids passed in.
     self.assertArraysEqual(out.prefix_ids[:, 0],
-                           np.array([[BOS, A, 0], [BOS, C, EOS]]))
+                           np.array([[BOS, A, 0, 0, 0, 0, 0],
+                                     [BOS, C, EOS, 0, 0, 0, 0]]))
 
 
 def sample(num_samples, seed=0, temperature=1.0, top_k=0,
@@ -210,14 +212,19 @@ class SampleDecodeTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'seq_len must be > 0'):
       decode(lambda m: sample_decode.sample_decode(
           m, extend_fn, transform_fn, None, sampler, ids, ids * 0.0, 0))
-    with self.assertRaisesRegex(ValueError, 'needs transform_state_fn'):
-      decode(lambda m: sample_decode.sample_decode(
-          m, extend_fn, None, None, sampler, ids, ids * 0.0, 4,
-          fprop_fn=first_token_fprop))
-    with self.assertRaisesRegex(NotImplementedError, 'cf_guidance_scale'):
+    with self.assertRaisesRegex(ValueError, r'temperature should have shape'):
       decode(lambda m: sample_decode.sample_decode(
           m, extend_fn, transform_fn, None, sampler, ids, ids * 0.0, 4,
-          cf_guidance_scale=2.0))
+          num_samples=2, temperature=jnp.ones((1, 3)),
+          fprop_fn=first_token_fprop))
+    with self.assertRaisesRegex(ValueError, 'cf_guidance_scale has 3'):
+      decode(lambda m: sample_decode.sample_decode(
+          m, extend_fn, transform_fn, None, sampler, ids, ids * 0.0, 4,
+          cf_guidance_scale=[1.0, 2.0, 3.0]))
+    with self.assertRaisesRegex(NotImplementedError, 'controlled_decoding'):
+      decode(lambda m: sample_decode.sample_decode(
+          m, extend_fn, transform_fn, None, sampler, ids, ids * 0.0, 4,
+          controlled_decoding=decoder_utils.ControlledDecodingHParams()))
 
 
 class HelpersTest(test_utils.TestCase):
