@@ -1,6 +1,10 @@
-"""Tests of MobileNetV2: channel rounding, block structure, residuals."""
+"""Tests of MobileNetV2: channel rounding, blocks, residuals, real Pax."""
+
+import json
+import os
 
 from absl.testing import absltest
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +14,24 @@ from praxis import pax_fiddle
 from praxis import test_utils
 from praxis.layers import convolutions
 from praxis.layers import mobilenet
+
+
+_REF = os.path.join(os.path.dirname(__file__), 'testdata', 'vision_ref.npz')
+
+
+def _ref_case(name):
+  """(fields, variables, outputs, data) of a case of vision_ref.npz (written
+  by testdata/make_ref_vision.py under the real Pax)."""
+  ref = np.load(_REF)
+  fields = json.loads(str(ref['meta']))[name]
+  variables, outputs = {}, {}
+  for key in ref.files:
+    if key.startswith(f'{name}/vars/'):
+      variables[key[len(f'{name}/vars/'):]] = ref[key]
+    elif key.startswith(f'{name}/out'):
+      outputs[key[len(f'{name}/out'):].lstrip('/')] = ref[key]
+  variables = traverse_util.unflatten_dict(variables, sep='/')
+  return fields, variables, outputs, ref
 
 
 def _shapes(tree):
@@ -94,6 +116,23 @@ class MobileNetTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, '`strides` has 2 entries'):
       base_layer.instantiate(p).init(
           jax.random.PRNGKey(0), jnp.ones((1, 8, 8, 3)))
+
+
+  def test_matches_real_pax(self):
+    # Pax's mobilenet.py (after 1.4) run on Pax 1.4's layers: same seed and
+    # config give the same variables and training-mode logits.
+    fields, want_vars, want_out, ref = _ref_case('mobilenet')
+    fields = {k: tuple(v) if isinstance(v, list) else v
+              for k, v in fields.items()}
+    net = base_layer.instantiate(
+        pax_fiddle.Config(mobilenet.MobileNet, name='mobilenet', **fields))
+    # Pax's JAX (0.4.26) drew random bits with threefry_partitionable off.
+    with jax.threefry_partitionable(False):
+      variables = net.init(jax.random.PRNGKey(1234), ref['images'])
+    jax.tree.map(lambda a, b: self.assertAllClose(a, b, atol=1e-6),
+                 jax.device_get(variables), want_vars)
+    logits, _ = net.apply(variables, ref['images'], mutable=True)
+    self.assertAllClose(logits, want_out[''], atol=1e-4)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,10 @@
-"""Tests of the vector quantizers against numpy written here."""
+"""Tests of the vector quantizers against numpy and the real Pax."""
+
+import json
+import os
 
 from absl.testing import absltest
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,8 +15,26 @@ from praxis import test_utils
 from praxis.layers import quantizer
 
 
+_REF = os.path.join(os.path.dirname(__file__), 'testdata', 'vision_ref.npz')
+
+
+def _ref_case(name):
+  """(fields, variables, outputs, data) of a case of vision_ref.npz (written
+  by testdata/make_ref_vision.py under the real Pax)."""
+  ref = np.load(_REF)
+  fields = json.loads(str(ref['meta']))[name]
+  variables, outputs = {}, {}
+  for key in ref.files:
+    if key.startswith(f'{name}/vars/'):
+      variables[key[len(f'{name}/vars/'):]] = ref[key]
+    elif key.startswith(f'{name}/out'):
+      outputs[key[len(f'{name}/out'):].lstrip('/')] = ref[key]
+  variables = traverse_util.unflatten_dict(variables, sep='/')
+  return fields, variables, outputs, ref
+
+
 def _np_nearest(latent, codebook):
-  """Brute-force nearest entry per group: latent [N, G, H], codebook [V, G, H]."""
+  """Brute-force nearest entry: latent [N, G, H], codebook [V, G, H]."""
   n, g, _ = latent.shape
   codes = np.zeros((n, g), np.int64)
   for i in range(n):
@@ -136,6 +158,32 @@ class RandomVectorQuantizerTest(test_utils.TestCase):
     out = rq.apply(variables, z, paddings)
     self.assertEqual(out.z_q.shape, (1, 3, 4))
     self.assertEqual(out.paddings.shape, (1, 3))
+
+
+class RealPaxTest(test_utils.TestCase):
+  """Same seed, config and inputs as the real Pax: same variables, outputs."""
+
+  def _check(self, name, cls):
+    fields, want_vars, want_out, ref = _ref_case(name)
+    layer = base_layer.instantiate(
+        pax_fiddle.Config(cls, name=name, **fields))
+    args = (ref['z'], ref['paddings'])
+    # Pax's JAX (0.4.26) drew random bits with threefry_partitionable off.
+    with jax.threefry_partitionable(False):
+      variables = layer.init(jax.random.PRNGKey(1234), *args)
+    jax.tree.map(lambda a, b: self.assertAllClose(a, b, atol=1e-6),
+                 jax.device_get(variables), want_vars)
+    out = layer.apply(variables, *args)
+    self.assertEqual(set(out.keys()), set(want_out))
+    for key, want in want_out.items():
+      self.assertAllClose(np.asarray(out[key], want.dtype), want, atol=1e-5,
+                          err_msg=key)
+
+  def test_vector_quantizer(self):
+    self._check('vq', quantizer.VectorQuantizer)
+
+  def test_random_vector_quantizer(self):
+    self._check('rq', quantizer.RandomVectorQuantizer)
 
 
 if __name__ == '__main__':
