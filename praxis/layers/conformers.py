@@ -11,7 +11,7 @@ variables are named as in Pax: `fflayer_start`, `trans_atten` (`norm`,
   p = pax_fiddle.Config(Conformer, name='conformer', input_dims=16,
                         model_dims=16, kernel_size=3, atten_num_heads=2)
   layer = base_layer.instantiate(p)
-  variables = layer.init(prng_key, x, paddings)   # x [B, T, 16], paddings [B, T]
+  variables = layer.init(prng_key, x, paddings)  # x: [B, T, 16]
   y = layer.apply(variables, x, paddings)         # [B, T, 16]
 """
 

@@ -18,8 +18,9 @@ from praxis.layers import conformers
 _REF = np.load(os.path.join(os.path.dirname(__file__), 'testdata',
                             'speech_ref.npz'))
 _CONFIGS = json.loads(str(_REF['configs']))
-_CASES = sorted(k for k, v in _CONFIGS.items()
-                if v['cls'] in ('Conformer', 'SelfAttentionWithNormAndResidual'))
+_CASES = sorted(
+    k for k, v in _CONFIGS.items()
+    if v['cls'] in ('Conformer', 'SelfAttentionWithNormAndResidual'))
 
 
 def _ref_config(case):

@@ -58,7 +58,8 @@ def zoneout(prev: JTensor, cur: JTensor, padding: JTensor, zo_prob: float,
 
 
 def lstm_gates_to_state(c0: JTensor, i_i: JTensor, i_g: JTensor | None,
-                        f_g: JTensor, o_g: JTensor, cell_value_cap: float | None,
+                        f_g: JTensor, o_g: JTensor,
+                        cell_value_cap: float | None,
                         output_nonlinearity: bool,
                         w_proj: JTensor | None) -> NestedMap:
   """The LSTM update from pre-activation gates; `i_g=None` couples it (CIFG).
