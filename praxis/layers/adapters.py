@@ -170,8 +170,9 @@ class AdaptedTransformerFeedForward(transformers.TransformerFeedForward):
   def setup(self) -> None:
     super().setup()
     if self.mode not in ('sequential', 'parallel'):
-      raise ValueError(f'AdaptedTransformerFeedForward ({self.name}): mode '
-                       f"must be 'sequential' or 'parallel', got {self.mode!r}.")
+      raise ValueError(
+          f'AdaptedTransformerFeedForward ({self.name}): mode must be '
+          f"'sequential' or 'parallel', got {self.mode!r}.")
     if self.adapter_tpl is None:
       raise ValueError(f'AdaptedTransformerFeedForward ({self.name}): '
                        'adapter_tpl must be set.')

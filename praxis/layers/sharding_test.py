@@ -7,7 +7,6 @@ import numpy as np
 from praxis import base_layer
 from praxis.layers import sharding
 
-P = jax.sharding.PartitionSpec
 
 
 class DeriveTest(absltest.TestCase):
