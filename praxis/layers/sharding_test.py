@@ -8,7 +8,6 @@ from praxis import base_layer
 from praxis.layers import sharding
 
 
-
 class DeriveTest(absltest.TestCase):
 
   def test_by_hand(self):
