@@ -134,6 +134,18 @@ def _host(x: Any) -> Any:
   return x
 
 
+def _fetch(tree: Any) -> Any:
+  """`tree` on the host in one `jax.device_get`; arrays split over
+  processes read from this process's first shard (as `_host`)."""
+  def local(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      if not x.is_fully_replicated:
+        return _host(x)  # Raises the clear error.
+      return x.addressable_data(0)
+    return x
+  return jax.device_get(jax.tree.map(local, tree))
+
+
 def _weighted_mean(key: str, pairs: Any) -> tuple[float, float]:
   """(sum(value * weight) / sum(weight), sum(weight)) over (value, weight)s."""
   if not (isinstance(pairs, list)
@@ -530,10 +542,13 @@ class SummaryHandler:
       self._add(step, loss, weighted_scalars, summary_tensors, steps_per_sec,
                 clu_metrics)
     if write and self._losses:
+      # The accumulated values stayed on the devices: fetched here at once.
+      losses, weighted, tensors = _fetch(
+          (self._losses, dict(self._weighted), dict(self._tensors)))
       write_summary_entry(
           self._writer, self._latest_step,
-          np.mean(np.concatenate([np.ravel(x) for x in self._losses])),
-          self._weighted, self._clu, self._tensors,
+          np.mean(np.concatenate([np.ravel(_host(x)) for x in losses])),
+          weighted, self._clu, tensors,
           np.mean(self._speeds) if self._speeds else None, self._prefix)
       self._clear()
 
@@ -544,11 +559,12 @@ class SummaryHandler:
     if clu_metrics:
       self._clu = metric_utils.merge_clu_metrics(
           self._clu, dict(jax.device_get(clu_metrics)))
-    self._losses.append(_host(loss))  # Averaged over all entries at writes.
+    # Kept as they are (no wait for the devices); averaged at writes.
+    self._losses.append(loss)
     for key, pair in weighted_scalars.items():
-      self._weighted[key].append(tuple(_host(v) for v in pair))
+      self._weighted[key].append(tuple(pair))
     for key, tensor in flatten_summary_dict(summary_tensors):
-      self._tensors[key].append(_host(tensor))
+      self._tensors[key].append(tensor)
     if steps_per_sec is not None:
       self._speeds.append(float(steps_per_sec))
 
