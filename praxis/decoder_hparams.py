@@ -80,9 +80,11 @@ class BeamSearchHParams(DecoderHParams):
     beam_size: Hypotheses kept per example.
     tokens_per_beam: Tokens considered per hypothesis (None: beam_size).
     length_norm_alpha: Scores are divided by ((length + 5) / 5) ** alpha.
-    early_exit: Stop once no live hypothesis can beat the finished ones.
+    early_exit: EOS extensions stay in the live beam (marked done) and the
+      search stops once every live hypothesis is done.
     use_matmul_beam_shuffle: Reorder caches with one-hot matmuls.
-    output_id_offset: Kept for configs.
+    output_id_offset: Added to the chosen ids (beam search over a slice of
+      the vocabulary).
   """
 
   beam_size: int = 1
@@ -111,13 +113,15 @@ class SampleDecoderHParams(DecoderHParams):
     p: If set, top-p (nucleus) mass.
     next_token_sampler_tpl: The sampler; gets k, p, ... when
       `override_next_token_sampler_params`.
-    sample_constraint: Not supported (must be None).
+    sample_constraint: A BaseSampleTerminationConstraint (or its config)
+      ending samples early where `enforce_sample_constraints` is given.
     global_normalize: Top-p over the whole vocabulary's probabilities.
-    cf_guidance_scale: Not supported (must be None).
+    cf_guidance_scale: Classifier-free guidance scale (the batch pairs
+      conditioned and unconditioned rows; see sample_decode).
     controlled_decoding: Not supported (must be None).
     sort_samples: Sort each example's samples by total log-probability.
     override_next_token_sampler_params: Copy k, p, ... into the sampler.
-    optimize_eos: Not supported (must be False).
+    optimize_eos: End each sample where ending with EOS is likeliest.
     vanilla_sample_decode: Not supported (must be False).
     early_exit: Stop when every sequence is done.
   """

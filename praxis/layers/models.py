@@ -167,9 +167,7 @@ def _check_decoder_params(p: DecoderHParams, where: str) -> None:
   if p.seqlen <= 0 and not p.fprop_for_prefix:
     raise ValueError(f'{where}: set decoder_tpl.seqlen > 0, got {p.seqlen}.')
   unsupported = ['lazy_prefix_broadcast', 'num_cache_slots',
-                 'sample_constraint', 'cf_guidance_scale',
-                 'controlled_decoding', 'optimize_eos',
-                 'vanilla_sample_decode']
+                 'controlled_decoding', 'vanilla_sample_decode']
   for name in unsupported:
     if getattr(p, name, None):
       raise NotImplementedError(f'{where}: decoder_tpl.{name} is not '
@@ -294,11 +292,26 @@ def _decode_lm(lm: base_layer.BaseLayer, p: DecoderHParams, d: NestedMap,
         per_example_top_k=get('per_example_top_k'),
         per_example_max_decode_steps=get('per_example_max_decode_steps'),
         eos_id=get('eos_id', p.eos_id), sort_samples=p.sort_samples,
-        early_exit=p.early_exit, **common)
+        early_exit=p.early_exit,
+        cf_guidance_scale=get('cf_guidance_scale', p.cf_guidance_scale),
+        top_k_recall_target=p.top_k_recall_target,
+        use_top_k_for_logprobs=p.use_top_k_for_logprobs,
+        return_entropy_score='return_entropy_score' in input_batch,
+        optimize_eos=p.optimize_eos, sample_constraint=_instance_or_none(
+            p.sample_constraint),
+        enforce_sample_constraints=get('enforce_sample_constraints'),
+        num_per_token_logprobs=get('num_per_token_logprobs'), **common)
   return sample_decode.greedy_decode(
       lm, _lm_extend_step, d.input_ids, d.input_paddings, d.seqlen,
       fprop_fn=fprop_fn, fprop_for_prefix=p.fprop_for_prefix,
       transform_state_fn=_transform_state, eos_id=p.eos_id, **common)
+
+
+def _instance_or_none(tpl: Any) -> Any:
+  """A sample constraint given as a config, instantiated (None stays)."""
+  if tpl is None or not isinstance(tpl, pax_fiddle.Config):
+    return tpl
+  return base_layer.instantiate(tpl)
 
 
 def _first_sample(x: np.ndarray, ndim: int) -> np.ndarray:
