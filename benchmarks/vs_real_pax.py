@@ -1,0 +1,109 @@
+"""This project against the real Pax 1.4 on the same experiment, one machine.
+
+Run (the real Pax built with `../shared/reference-pax/install.sh VENV`):
+
+  python benchmarks/vs_real_pax.py --ref_python=/path/refpax/bin/python \\
+      [--exp=tiny_lm.TinyLmSpmdAdam] [--short_steps=10] [--long_steps=40] \\
+      [--rounds=2]
+
+Both systems run the reference's own experiment file
+(`../shared/reference-pax/tiny_lm.py`: a 2-layer decoder-only LM built on
+Pax's `lm_cloud` configs, unchanged in both) through their
+`python -m paxml.main`, as separate processes, alternating: per round, each
+system trains `--short_steps` and `--long_steps` steps from scratch in a
+fresh job directory. From the wall times T(n) of a run of n steps:
+
+  time per step = (T(long) - T(short)) / (long - short)
+  start-up      = T(short) - short * time per step
+
+(start-up: process start to the first step done, less the steps: imports,
+config, initialisation, compilation, and the closing checkpoint). It prints
+every run, then per system the median over rounds, and the ratios
+(steps/s of this project over the real Pax's; the real Pax's start-up over
+this project's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_TINY_LM_DIR = _ROOT.parent / 'shared' / 'reference-pax'
+
+
+def _run(python: str, exp: str, steps: int, exp_dir: pathlib.Path) -> float:
+  """Wall seconds of one `python -m paxml.main` training run of `steps`."""
+  with tempfile.TemporaryDirectory() as job_dir:
+    env = dict(os.environ, PYTHONPATH=str(exp_dir), TINY_STEPS=str(steps),
+               JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2')
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [python, '-m', 'paxml.main', f'--exp={exp}',
+         f'--job_log_dir={job_dir}'],
+        cwd=job_dir, env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+  if proc.returncode != 0:
+    sys.exit(f'{python} -m paxml.main --exp={exp} failed '
+             f'(exit {proc.returncode}):\n{proc.stderr[-3000:]}')
+  return seconds
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--ref_python', required=True,
+                      help="The real Pax 1.4's python (its venv's bin/python).")
+  parser.add_argument('--python', default=sys.executable,
+                      help="This project's python (default: this one).")
+  parser.add_argument('--exp', default='tiny_lm.TinyLmSpmdAdam')
+  parser.add_argument('--exp_dir', default=str(_TINY_LM_DIR),
+                      help='Folder of the experiment module (tiny_lm.py).')
+  parser.add_argument('--short_steps', type=int, default=10)
+  parser.add_argument('--long_steps', type=int, default=40)
+  parser.add_argument('--rounds', type=int, default=2)
+  args = parser.parse_args()
+  if args.long_steps <= args.short_steps:
+    parser.error('--long_steps must be larger than --short_steps')
+  exp_dir = pathlib.Path(args.exp_dir)
+  if not (exp_dir / (args.exp.split('.')[0] + '.py')).exists():
+    parser.error(f'--exp_dir {exp_dir} has no {args.exp.split(".")[0]}.py')
+
+  systems = {'this project': args.python, 'real Pax 1.4': args.ref_python}
+  per_step = {name: [] for name in systems}
+  startup = {name: [] for name in systems}
+  print(f'{args.exp}: {args.short_steps} and {args.long_steps} steps, '
+        f'{args.rounds} round(s), alternating')
+  print(f'{"round":>5}  {"system":<14} {"T(short) s":>10} {"T(long) s":>10} '
+        f'{"ms/step":>8} {"start-up s":>10}')
+  for r in range(args.rounds):
+    times = {name: {} for name in systems}
+    for steps in (args.short_steps, args.long_steps):
+      for name, python in systems.items():
+        times[name][steps] = _run(python, args.exp, steps, exp_dir)
+    for name in systems:
+      short, long = times[name][args.short_steps], times[name][args.long_steps]
+      step = (long - short) / (args.long_steps - args.short_steps)
+      up = short - args.short_steps * step
+      per_step[name].append(step)
+      startup[name].append(up)
+      print(f'{r + 1:>5}  {name:<14} {short:>10.2f} {long:>10.2f} '
+            f'{1e3 * step:>8.1f} {up:>10.2f}', flush=True)
+  ours, ref = 'this project', 'real Pax 1.4'
+  step_ratio = statistics.median(per_step[ref]) / statistics.median(
+      per_step[ours])
+  up_ratio = statistics.median(startup[ref]) / statistics.median(
+      startup[ours])
+  print(f'median ms/step: this project {1e3 * statistics.median(per_step[ours]):.1f}, '
+        f'real Pax {1e3 * statistics.median(per_step[ref]):.1f}')
+  print(f'steps/s, this project / real Pax: {step_ratio:.2f}x')
+  print(f'start-up, real Pax / this project: {up_ratio:.2f}x faster here')
+
+
+if __name__ == '__main__':
+  main()
