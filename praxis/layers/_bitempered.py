@@ -96,6 +96,7 @@ def _smooth(labels, label_smoothing):
   return jnp.where(label_smoothing > 0.0, smoothed, labels)
 
 
+@jax.jit
 def _fwd(activations, labels, t1, t2, label_smoothing):
   t1, t2 = jnp.asarray(t1, jnp.float32), jnp.asarray(t2, jnp.float32)
   labels = _smooth(labels, label_smoothing)
@@ -115,6 +116,7 @@ def _fwd(activations, labels, t1, t2, label_smoothing):
   return loss, (labels, t1, t2, probs)
 
 
+@jax.jit
 def _bwd(res, d_loss):
   labels, t1, t2, probs = res
   forget = (probs - labels) * jnp.power(probs, t2 - t1)
