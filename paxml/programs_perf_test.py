@@ -157,9 +157,10 @@ class SummaryAccumulationTest(absltest.TestCase):
     self.assertNotIn(('loss', 5), writer.scalars)
 
   def test_bad_interval_is_refused(self):
-    with self.assertRaisesRegex(ValueError,
-                                'summary_accumulate_interval_steps'):
-      _program(0, summary_accumulate_interval_steps=0)
+    for bad in (0, -2, 1.5, True):
+      with self.assertRaisesRegex(ValueError,
+                                  'summary_accumulate_interval_steps'):
+        programs._program_utils.SummaryAccumulator(bad)
 
 
 if __name__ == '__main__':
