@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from paxml import base_experiment
 from paxml import grain_input
 from paxml import tasks_lib
+from paxml.contrib.gpu.scripts_gpu import lora_utils
 from paxml.hf import tokenizer as hf_tokenizer
 from praxis import base_input
 from praxis import decoder_hparams
@@ -82,6 +83,9 @@ class HfCausalLm(base_experiment.BaseExperiment):
   MAX_DECODE_STEPS = 32
   INIT_FROM_CHECKPOINT: str | None = None
   INIT_IGNORE_RULES: tuple[str, ...] = ()
+  USE_LORA = False
+  LORA_RANK = 8
+  LORA_TARGET_LAYERS = 'mlp'
   TEXT_FIELD = 'text'
   PROMPT_FIELD = ''
   SEQ_LEN = 512
@@ -114,6 +118,9 @@ class HfCausalLm(base_experiment.BaseExperiment):
     task_p.model = pax_fiddle.Config(models.LanguageModel, name='hf_lm',
                                      lm_tpl=hf.lm_config(self.spec()))
     task_p.model.decoder_tpl = self.decoder()
+    if self.USE_LORA:  # Adapters only train (paxml.contrib...lora_utils).
+      lora_utils.configure_lora(task_p, self.LORA_RANK,
+                                self.LORA_TARGET_LAYERS)
     if self.INIT_FROM_CHECKPOINT:
       task_p.train.init_from_checkpoint_rules = {
           self.INIT_FROM_CHECKPOINT: self._init_rules()}
@@ -143,7 +150,8 @@ class HfCausalLm(base_experiment.BaseExperiment):
     imported.HF_MODEL_DIR = self.model_dir()
     return tasks_lib.CheckpointLoadingRules(
         task_p=HfCausalLm.task(imported), load_rules=[(r'(.*)', '{}')],
-        ignore_rules=list(self.INIT_IGNORE_RULES),
+        ignore_rules=list(self.INIT_IGNORE_RULES) + (
+            [lora_utils.LORA_VARIABLES] if self.USE_LORA else []),
         input_specs_provider_p=imported.get_input_specs_provider_params())
 
   def decoder(self) -> decoder_hparams.GreedyDecoderHParams:
