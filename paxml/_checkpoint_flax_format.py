@@ -7,12 +7,18 @@ Private to checkpoint_managers.py.
 `jax.tree.flatten` order (praxis' `BpropMaskedNode`s count as leaves,
 `optax.MaskedNode`s have none). Old Pax also wrote the file itself as
 `checkpoints/checkpoint_<step>`.
+
+A pmap state saved with its device axis (Pax's tests save replicated
+states) restores into the unreplicated shapes when its copies are equal; if
+they differ, the leaf is restored as stored, with the extra axis, as Pax's
+Flax restore keeps every leaf.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from absl import logging
 from etils import epath
 import flax.serialization
 import jax
@@ -94,12 +100,27 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
   return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def _is_device_copies(value: np.ndarray, want: Any) -> bool:
+  """Whether `value` is `want`'s shape with a leading per-device axis."""
+  return value.ndim == len(np.shape(want)) + 1 and (
+      tuple(value.shape[1:]) == tuple(np.shape(want)))
+
+
 def _to_array(value: np.ndarray, want: Any, name: str,
               path: epath.Path) -> jax.Array:
-  if value.ndim == len(np.shape(want)) + 1 and (
-      tuple(value.shape[1:]) == tuple(np.shape(want))):
-    # A pmap state saved replicated (one copy per device): its first copy.
-    value = value[0]
+  if _is_device_copies(value, want):
+    if np.array_equal(value, np.broadcast_to(value[:1], value.shape),
+                      equal_nan=value.dtype.kind in 'fc'):
+      # A pmap state saved replicated (one copy per device): one copy.
+      value = value[0]
+    else:
+      # Copies that differ: not a replicated state. Pax's Flax restore keeps
+      # every leaf as stored; so do we (the caller sees the extra axis).
+      logging.warning('Checkpoint %s: %s is stored with %d different '
+                      'per-device copies %s; restored as stored.', path,
+                      name, value.shape[0], value.shape)
+      return jax.device_put(value.astype(np.dtype(
+          getattr(want, 'dtype', value.dtype))))
   if tuple(value.shape) != tuple(np.shape(want)):
     raise ValueError(
         f'Checkpoint {path}: {name} has shape {tuple(value.shape)} in the '

@@ -191,7 +191,11 @@ def _take(mapping: dict[str, str], ours: dict[str, Any],
       raise ValueError(f'Checkpoint {ckpt_path!r} has no {ref!r} (for '
                        f'{name!r}); it has e.g. {sorted(sources)[:5]}.')
     value = sources[ref]
-    if np.shape(value) != np.shape(ours[name]):
+    # Differing per-device copies of a pmap state are restored as stored
+    # (see `_checkpoint_flax_format`) and loaded as they are, as Pax does.
+    device_copies = (np.ndim(value) == np.ndim(ours[name]) + 1
+                     and np.shape(value)[1:] == np.shape(ours[name]))
+    if np.shape(value) != np.shape(ours[name]) and not device_copies:
       raise ValueError(
           f'{name!r} has shape {np.shape(ours[name])} but {ref!r} in '
           f'{ckpt_path!r} has shape {np.shape(value)}.')

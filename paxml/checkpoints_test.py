@@ -252,6 +252,23 @@ class CheckpointTest(test_utils.TestCase):
     self.assertArraysEqual(state.mdl_vars,
                            _state_tree(self.values.get).mdl_vars)
 
+  def test_flax_per_device_copies_that_differ_restore_as_stored(self):
+    # Pax's Flax restore keeps every leaf as stored: a pmap state edited per
+    # device keeps its device axis; equal copies restore as one.
+    tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    w = np.arange(12.0, dtype=np.float32).reshape(2, 2, 3)  # Copies differ.
+    saved = train_states.TrainState(
+        step=np.full((2,), 5, np.int32), mdl_vars={'w': w}, opt_states=[])
+    checkpoints.save_checkpoint(saved, tmp)
+    want = train_states.TrainState(
+        step=jax.ShapeDtypeStruct((), np.int32),
+        mdl_vars={'w': jax.ShapeDtypeStruct((2, 3), np.float32)},
+        opt_states=[])
+    restored = checkpoints.restore_checkpoint(want, tmp)
+    self.assertEqual(int(restored.step), 5)
+    np.testing.assert_array_equal(restored.mdl_vars['w'], w)
+
   def test_input_state_round_trip(self):
     ckpt = self._checkpointer(save_interval_steps=1)
     self._at_step(1)
