@@ -269,8 +269,56 @@ def _loop_body(model: Any, val: NestedMap, c: NestedMap) -> NestedMap:
   val.logprobs = val.logprobs.at[:, step + 1].set(
       jnp.where(prev_done, 1.0, new_lp))
   _record_extras(val, c, step, logits, logprobs)
+  if c.get('result_callback') is not None:
+    _stream(val, c, step)
   val.step += 1
   return val
+
+
+def _interval_slice(x: JTensor, start: JTensor, interval: int, axis_len: int,
+                    pad_value: float) -> JTensor:
+  """x[:, start:start + interval] (x padded at the end to fit)."""
+  short = axis_len % interval
+  if short:
+    pads = [(0, 0), (0, interval - short)] + [(0, 0)] * (x.ndim - 2)
+    x = jnp.pad(x, pads, constant_values=pad_value)
+  return jax.lax.dynamic_slice_in_dim(x, start, interval, axis=1)
+
+
+def _stream(val: NestedMap, c: NestedMap, step: JTensor) -> None:
+  """Calls result_callback.callback_fn with the last interval's tokens.
+
+  It runs every `interval_steps` steps and once every row is done, with
+  [B, num_samples, interval] slices (see StreamingResultCallback).
+  """
+  interval = c.result_callback.interval_steps
+  done_steps = step - c.start_step
+  start = (done_steps // interval) * interval
+
+  def outfeed():
+    seq_len = val.output_ids.shape[1]
+    at = start + c.start_step + 1
+    out = NestedMap(output_ids=_interval_slice(
+        val.output_ids, at, interval, seq_len - 1 - c.start_step, 0))
+    logprobs = _interval_slice(val.logprobs, at, interval,
+                               seq_len - 1 - c.start_step, 1.0)
+    if c.num_per_token_logprobs is not None:
+      out.num_per_token_logprobs = c.num_per_token_logprobs
+      out.top_candidate_ids = _interval_slice(
+          val.top_candidate_ids, start, interval, seq_len, 0)
+      out.top_candidate_logprobs = _interval_slice(
+          val.top_candidate_logprobs, start, interval, seq_len, 1.0)
+      out.logprobs = logprobs
+    out.decode_lengths = jnp.ones_like(val.decode_lengths) * interval
+    out.scores = val.prefix_scores if 'prefix_scores' in val else jnp.sum(
+        jnp.minimum(logprobs, 0.0), axis=-1)
+    out.done = val.done
+    out = jax.tree.map(lambda x: split_batch_dim(x, 0, c.num_samples), out)
+    out.prefix_lengths = jnp.zeros((c.original_batch,), jnp.int32)
+    c.result_callback.callback_fn(out)
+
+  jax.lax.cond(((done_steps + 1) % interval == 0) | jnp.all(val.done),
+               outfeed, lambda: None)
 
 
 def _update_done(val: NestedMap, c: NestedMap, step: JTensor,
@@ -311,7 +359,7 @@ def _record_extras(val: NestedMap, c: NestedMap, step: JTensor,
         jnp.any(n > 0), lambda: top_candidates(n, logprobs),
         lambda: (jnp.ones_like(val.top_candidate_logprobs[:, 0]),
                  jnp.zeros_like(val.top_candidate_ids[:, 0])))
-    at = step - val.start_step
+    at = step - c.start_step
     val.top_candidate_logprobs = val.top_candidate_logprobs.at[:, at].set(
         values)
     val.top_candidate_ids = val.top_candidate_ids.at[:, at].set(ids)

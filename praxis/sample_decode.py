@@ -99,15 +99,10 @@ def _as_list(steps: int | Sequence[int] | None, seq_len: int) -> list[int]:
   return sorted(steps) if steps else [seq_len]
 
 
-def _check_unsupported(controlled_decoding: Any, result_callback: Any,
-                       lazy_broadcast_prefix_fn: Any) -> None:
+def _check_unsupported(controlled_decoding: Any) -> None:
   if controlled_decoding is not None:
     raise NotImplementedError('sample_decode: controlled_decoding is not '
                               'supported.')
-  if result_callback is not None:
-    raise NotImplementedError('sample_decode: result_callback (streaming) is '
-                              'not supported.')
-  del lazy_broadcast_prefix_fn
 
 
 def sample_decode_after_fprop(
@@ -147,8 +142,7 @@ def sample_decode_after_fprop(
     min_decode_steps: int = 0,
 ) -> NestedMap:
   """`sample_decode` once the caches hold the prefix (same arguments)."""
-  _check_unsupported(controlled_decoding, result_callback,
-                     lazy_broadcast_prefix_fn)
+  _check_unsupported(controlled_decoding)
   if seq_len <= 0:
     raise ValueError(f'sample_decode: seq_len must be > 0, got {seq_len}.')
   if (sample_constraint is None) != (enforce_sample_constraints is None):
@@ -178,7 +172,8 @@ def sample_decode_after_fprop(
       return_entropy_score=return_entropy_score, optimize_eos=optimize_eos,
       sample_constraint=sample_constraint,
       enforce_sample_constraints=enforce_sample_constraints,
-      min_decode_steps=min_decode_steps)
+      min_decode_steps=min_decode_steps, result_callback=result_callback,
+      original_batch=prefix_ids.shape[0])
   if num_samples > 1:
     prefix_ids = jnp.repeat(prefix_ids, num_samples, axis=0)
     prefix_paddings = jnp.repeat(prefix_paddings, num_samples, axis=0)
@@ -215,10 +210,14 @@ def sample_decode_after_fprop(
   c.prefix_ids, c.prefix_lengths = prefix_ids, prefix_lengths
   c.start_step = max_prefix_len - 1 if fprop_for_prefix else 0
   val = loop.init_state(c, next_token_sampler, model)
+  if result_callback is not None and result_callback.init_fn is not None:
+    result_callback.init_fn((original_batch, num_samples))
   if early_exit:
     result = loop.run_while(model, val, c)
   else:
     result = loop.run_scan(model, val, c)
+  if result_callback is not None and result_callback.done_fn is not None:
+    result_callback.done_fn()
   if optimize_eos:
     result = decoder_utils.collect_results_to_optimize_eos(
         result, decode_length_shift=max_prefix_len or 0)
@@ -319,7 +318,11 @@ def sample_decode(
     prefix_lengths: [B] prefix lengths (default 0: only the first id given).
     eos_id: End-of-sequence id(s), or [B, L] stop sequences (left-padded
       with 0); a row stops after producing one.
-    result_callback: Not supported (must be None).
+    result_callback: Streams [B, num_samples, interval_steps] slices of the
+      new tokens (output_ids, scores, done, decode_lengths, prefix_lengths;
+      with num_per_token_logprobs also logprobs and top candidates) to
+      `callback_fn` every interval_steps steps and when all rows are done
+      (the function runs traced: use host callbacks inside it).
     decode_loop_mesh_axes_transpose: Mesh axis renames inside the loop (the
       variables are not resharded).
     model_var_pspecs: Unused.

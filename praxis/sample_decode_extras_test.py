@@ -106,6 +106,30 @@ class ExtrasTest(test_utils.TestCase):
     self.assertArraysEqual(out.decode_lengths, np.array([4, 5]))
     self.assertArraysEqual(out.prefix_ids, np.array([[BOS, 0], [BOS, A]]))
 
+  def test_result_callback_streams_each_interval(self):
+    got, events = [], []
+
+    def callback_fn(out):
+      jax.debug.callback(lambda ids, n, done: got.append(
+          (np.asarray(ids), np.asarray(n), np.asarray(done))),
+                         out.output_ids, out.decode_lengths, out.done)
+
+    cb = decoder_utils.StreamingResultCallback(
+        callback_fn, interval_steps=2,
+        init_fn=lambda shape: events.append(('init', shape)),
+        done_fn=lambda: events.append('done'))
+    out = run([[BOS]], 7, eos_id=EOS, result_callback=cb)
+    jax.effects_barrier()
+    # Greedy BOS A B C EOS: steps 0..3; slices of positions 1-2 and 3-4.
+    self.assertArraysEqual(out.output_ids[0, 0],
+                           np.array([BOS, A, B_, C, EOS, 0, 0]))
+    self.assertEqual(events, [('init', (1, 1)), 'done'])
+    self.assertLen(got, 2)
+    self.assertArraysEqual(got[0][0], np.array([[[A, B_]]]))
+    self.assertArraysEqual(got[1][0], np.array([[[C, EOS]]]))
+    self.assertArraysEqual(got[1][1], np.array([[2]]))
+    self.assertArraysEqual(got[1][2], np.array([[True]]))
+
 
 if __name__ == '__main__':
   absltest.main()
