@@ -210,7 +210,11 @@ class RealPaxTest(test_utils.TestCase):
     ours = layer.init(jax.random.PRNGKey(0), state0, inputs)
     self.assertEqual(jax.tree.map(jnp.shape, ours),
                      jax.tree.map(jnp.shape, variables))
-    out = _run(layer, variables, state0, inputs, do_eval=True)
+    # Training cases draw ZoneOut masks: Pax 1.4's JAX drew random bits with
+    # jax_threefry_partitionable off.
+    with jax.threefry_partitionable(False):
+      out = _run(layer, variables, state0, inputs,
+                 do_eval=not spec.get('train'), seed=4)
     self.assertAllClose(out.m, _REF[f'{case}/m1'], atol=1e-5)
     self.assertAllClose(out.c, _REF[f'{case}/c1'], atol=1e-5)
 

@@ -48,6 +48,7 @@ CELL_CASES = {
     'lstm_cap_small': ('LstmCellSimple', dict(cell_value_cap=0.3)),
     'lstm_reset': ('LstmCellSimple', dict(reset_cell_state=True)),
     'lstm_zoneout_eval': ('LstmCellSimple', dict(zo_prob=0.3)),
+    'lstm_zoneout_train': ('LstmCellSimple', dict(zo_prob=0.3)),
     'ln_lstm': ('LayerNormalizedLstmCellSimple',
                 dict(forget_gate_bias=0.5, num_hidden_nodes=6)),
     'cifg': ('CifgLstmCellSimple', {}),
@@ -102,7 +103,8 @@ def cell_cases(arrays, configs, rng):
     acts = [act, act2] if fields.get('inputs_arity') == 2 else [act]
     inputs = NestedMap(act=acts, padding=padding, reset_mask=reset)
     state0 = NestedMap(m=m0, c=c0)
-    context = base_layer.JaxContext.HParams(do_eval=True)
+    train = name.endswith('_train')
+    context = base_layer.JaxContext.HParams(do_eval=not train)
     with base_layer.JaxContext.new_context(hparams=context):
       init = layer.init(jax.random.PRNGKey(1), state0, inputs)
       flat = randomize(init, rng)
@@ -113,7 +115,7 @@ def cell_cases(arrays, configs, rng):
     arrays.update({f'{name}/m0': m0, f'{name}/c0': c0,
                    f'{name}/m1': np.asarray(state1.m),
                    f'{name}/c1': np.asarray(state1.c)})
-    configs[name] = {'cls': cls_name, 'fields': fields}
+    configs[name] = {'cls': cls_name, 'fields': fields, 'train': train}
 
 
 def frnn_cases(arrays, configs, rng):
@@ -133,6 +135,8 @@ def frnn_cases(arrays, configs, rng):
                                   dict(reverse=True), True),
       'frnn_ln_packed': ('FRnn', 'LayerNormalizedLstmCellSimple',
                          dict(cell, reset_cell_state=True), {}, True),
+      'frnn_zoneout_train': ('FRnn', 'LstmCellSimple',
+                             dict(cell, zo_prob=0.5), {}, False),
   }
   for name, (cls_name, cell_cls, cell_fields, fields, packed) in cases.items():
     cfg = pax_fiddle.Config(
@@ -161,7 +165,10 @@ def _run_rnn(arrays, configs, rng, name, cfg, inputs, config):
   layer = base_layer.instantiate(cfg)
   init = layer.init(jax.random.PRNGKey(2), inputs)
   flat = randomize(init, rng)
-  act, _ = layer.apply(traverse_util.unflatten_dict(flat, sep='/'), inputs)
+  # Training mode: ZoneOut (if any) draws one key per step.
+  with base_layer.JaxContext.new_context():
+    act, _ = layer.apply(traverse_util.unflatten_dict(flat, sep='/'), inputs,
+                         rngs={'random': jax.random.PRNGKey(5)})
   store_vars(arrays, name, flat)
   arrays[f'{name}/act'] = np.asarray(act)
   configs[name] = config
