@@ -10,8 +10,9 @@ one Conformer block, output projection) learns to transcribe them with the
 CTC loss; decode reports the greedy transcripts' sequence accuracy.
 
 `python -m paxml.main --exp=tasks.test.speech.SpeechCtcConformer
---job_log_dir=/tmp/speech --eval_on_test --decode_during_train` trains it in
-well under a minute on a CPU.
+--job_log_dir=/tmp/speech --eval_on_test --decode_during_train` trains it
+(80 steps, with eval and decode at steps 40 and 80) in about a minute on a
+CPU, mostly compilation; it ends near 0.94 sequence accuracy.
 """
 
 import jax.numpy as jnp
