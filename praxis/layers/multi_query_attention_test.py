@@ -13,8 +13,11 @@ import numpy as np
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import py_utils
+from praxis import decoder_hparams
 from praxis import test_utils
 from praxis.layers import attentions
+from praxis.layers import models
+from praxis.layers import transformer_models
 from praxis.layers import multi_query_attention as mqa
 
 DECODE_CACHE = base_layer.DECODE_CACHE
@@ -156,6 +159,51 @@ class MultiQueryAttentionTest(test_utils.TestCase):
     layer, _ = layer_and_vars(x)
     with self.assertRaisesRegex(NotImplementedError, 'LPB'):
       layer.apply({}, 1, 1, method=layer.lazy_broadcast_prefix)
+
+
+class LanguageModelDecodeTest(test_utils.TestCase):
+  """Greedy decoding of an LM with MQA follows its forward pass."""
+
+  @parameterized.parameters(False, True)
+  def test_greedy_decode_follows_forward_argmax(self, fprop_for_prefix):
+    vocab, t = 16, 6
+    lm = pax_fiddle.Config(transformer_models.TransformerLm, model_dims=16,
+                           vocab_size=vocab)
+    lm.stacked_transformer_tpl.set(num_layers=1, num_heads=4, hidden_dims=32)
+    lm.stacked_transformer_tpl.transformer_layer_params_tpl.tr_atten_tpl = (
+        pax_fiddle.Config(mqa.MultiQueryDotProductAttention,
+                          use_rotary_position_emb=True))
+    decoder = decoder_hparams.GreedyDecoderHParams(seqlen=t, eos_id=-1)
+    if fprop_for_prefix:
+      decoder = decoder_hparams.GreedyDecoderHParams(
+          eos_id=-1, fprop_for_prefix=True, max_decode_steps=t - 2)
+    model = base_layer.instantiate(pax_fiddle.Config(
+        models.LanguageModel, name='lm', lm_tpl=lm, decoder_tpl=decoder))
+    ids = jnp.array([[1, 5, 7, 0], [1, 3, 0, 0]])
+    batch = py_utils.NestedMap(
+        ids=ids, labels=jnp.roll(ids, -1, 1), weights=jnp.ones((2, 4)),
+        paddings=jnp.array([[0., 0, 0, 1], [0, 0, 1, 1]]))
+    rng = np.random.default_rng(0)
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)
+    variables = jax.tree.map(
+        lambda v: jnp.asarray(0.3 * rng.standard_normal(v.shape), v.dtype),
+        shapes)
+    (_, result, _), _ = model.apply(variables, batch, method=model.decode,
+                                    mutable=[DECODE_CACHE])
+    decoded = np.asarray(result.output_ids[:, 0])
+    lengths = (3, 2)
+    for row, n in enumerate(lengths):
+      self.assertArraysEqual(decoded[row, :n], np.asarray(ids[row, :n]))
+    full = py_utils.NestedMap(
+        ids=jnp.asarray(decoded), labels=jnp.asarray(decoded),
+        weights=jnp.ones(decoded.shape), paddings=jnp.zeros(decoded.shape))
+    logits = model.apply(variables, full.ids, full.paddings,
+                         method=lambda m, i, p: m.lm(i, p).logits)
+    argmax = np.asarray(logits).argmax(-1)
+    ends = np.asarray(result.decode_lengths[:, 0])
+    for row, (n, end) in enumerate(zip(lengths, ends)):
+      self.assertGreater(end, n)
+      self.assertArraysEqual(argmax[row, n - 1:end - 1], decoded[row, n:end])
 
 
 class RealPaxFixtureTest(test_utils.TestCase):
