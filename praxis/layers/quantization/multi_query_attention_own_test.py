@@ -13,7 +13,8 @@ from praxis.layers.quantization import quantization_hparams as qh
 
 def config(mode, input_dim=6, **weight_kw):
   return pax_fiddle.Config(
-      qmqa.OneHeadedAttentionProjection, name='p', input_dim=input_dim, output_dim=3,
+      qmqa.OneHeadedAttentionProjection, name='p', input_dim=input_dim,
+      output_dim=3,
       quantization=qh.QuantizationParams(
           quantization_type=qh.QuantizationType.PTQ, mode=mode,
           weight_params=qh.WeightQuantizationParams(**weight_kw)))

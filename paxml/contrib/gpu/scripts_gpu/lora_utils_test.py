@@ -1,4 +1,4 @@
-"""configure_lora: config edits, and a LoRA fine-tune of an imported HF model."""
+"""configure_lora: config edits; a LoRA fine-tune of an imported HF model."""
 
 import gzip
 import json
@@ -32,7 +32,8 @@ _WORDS = ['the', 'cat', 'sat', 'on', 'a', 'mat']
 
 
 def _layer(task_p):
-  return task_p.model.lm_tpl.stacked_transformer_tpl.transformer_layer_params_tpl
+  stack = task_p.model.lm_tpl.stacked_transformer_tpl
+  return stack.transformer_layer_params_tpl
 
 
 class ConfigureLoraTest(absltest.TestCase):
