@@ -9,14 +9,28 @@ the same experiments to resume them. Run with this folder on PYTHONPATH:
 
 import os
 
+import jax.numpy as jnp
 from paxml import experiment_registry
 from paxml.tasks.lm.params import lm_cloud
+from praxis import pax_fiddle
+from praxis import schedules
 
 _STEPS = int(os.environ.get('FIXTURE_STEPS', '4'))
 _SAVE_EVERY = int(os.environ.get('FIXTURE_SAVE_EVERY', '2'))
+# For the resume fixtures: a constant learning rate instead of the
+# experiment's warmup (whose first steps barely move the weights), and
+# float32 activations (bfloat16 rounding would hide small differences).
+_LR = os.environ.get('FIXTURE_LR')
+_FP32 = bool(os.environ.get('FIXTURE_FP32'))
 
 
 def _small(task_p, steps, save_every):
+  if _LR:
+    optimizer = task_p.train.learner.optimizer
+    optimizer.learning_rate = float(_LR)
+    optimizer.lr_schedule = pax_fiddle.Config(schedules.Constant)
+  if _FP32:
+    task_p.model.fprop_dtype = jnp.float32
   task_p.train.num_train_steps = steps
   task_p.train.save_interval_steps = save_every
   task_p.train.summary_interval_steps = 1
