@@ -23,12 +23,13 @@ import fiddle as fdl
 from praxis import pax_fiddle
 from praxis.layers import activations
 from praxis.layers import attentions
-from praxis.layers import checkpoint_policy
+from praxis.layers import checkpoint_policy as checkpoint_policy_lib
 from praxis.layers import embedding_softmax
 from praxis.layers import normalizations
 from praxis.layers import transformer_models
 from praxis.layers import transformers
 
+AutodiffCheckpointType = checkpoint_policy_lib.AutodiffCheckpointType
 LanguageModelType = transformer_models.LanguageModelType
 
 
@@ -263,7 +264,7 @@ def GlamUniTransformerLmHParams(  # pylint: disable=invalid-name
     num_pipeline_stages=1,
     num_pipeline_microbatches=1,
     model_type=LanguageModelType.CAUSAL,
-    checkpoint_policy=checkpoint_policy.AutodiffCheckpointType.SAVE_NOTHING,  # pylint: disable=redefined-outer-name
+    checkpoint_policy=AutodiffCheckpointType.SAVE_NOTHING,
 ) -> pax_fiddle.Config[transformer_models.TransformerLm]:
   """A decoder-only GLaM TransformerLm (dense, or MoE every other layer).
 

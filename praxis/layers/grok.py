@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from praxis import pax_fiddle
 from praxis.layers import activations
-from praxis.layers import checkpoint_policy
+from praxis.layers import checkpoint_policy as checkpoint_policy_lib
 from praxis.layers import glam
 from praxis.layers import multi_query_attention
 from praxis.layers import transformer_models
 from praxis.layers import transformers
 from praxis.layers.injection import fp8_nvidia_gpu as fp8_ops
 
-AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
+AutodiffCheckpointType = checkpoint_policy_lib.AutodiffCheckpointType
 LanguageModelType = transformer_models.LanguageModelType
 
 # pylint: disable=protected-access
@@ -176,7 +176,7 @@ def GrokUniTransformerLmHParams(  # pylint: disable=invalid-name
     num_pipeline_stages=1,
     num_pipeline_microbatches=1,
     model_type=LanguageModelType.CAUSAL,
-    checkpoint_policy=AutodiffCheckpointType.SAVE_NOTHING,  # pylint: disable=redefined-outer-name
+    checkpoint_policy=AutodiffCheckpointType.SAVE_NOTHING,
     use_fp8=False,
 ) -> pax_fiddle.Config[transformer_models.TransformerLm]:
   """A decoder-only Grok TransformerLm (every layer MoE when `moe`).

@@ -19,7 +19,7 @@ from __future__ import annotations
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis.layers import ngrammer
-from praxis.layers.quantization import embedding_softmax as quantized_embedding_softmax
+from praxis.layers.quantization import embedding_softmax as quantized_emb
 from praxis.layers.quantization import quantization_hparams
 
 QuantizationParams = quantization_hparams.QuantizationParams
@@ -37,7 +37,7 @@ class Ngrammer(ngrammer.Ngrammer):
 
   def _ngram_table_tpl(self) -> pax_fiddle.Config:
     return pax_fiddle.Config(
-        quantized_embedding_softmax.Embedding, quantization=self.quantization)
+        quantized_emb.Embedding, quantization=self.quantization)
 
 
 class VQNgrammer(ngrammer.VQNgrammer):

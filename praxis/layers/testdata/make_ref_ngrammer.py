@@ -7,9 +7,10 @@ where this project's praxis is not importable:
       /path/to/praxis/layers/testdata/make_ref_ngrammer.py OUT_DIR
 
 For each case: the layer's config (JSON: class name, fields, the call's
-keyword arguments, do_eval, method), its variables (Pax's initial values, the trainable ones plus noise),
-the inputs, the output and the non-trainable variables after the call (a
-training call updates the VQ centroids and the cluster-id cache).
+keyword arguments, do_eval, method), its variables (Pax's initial values,
+the trainable ones plus noise), the inputs, the output and the
+non-trainable variables after the call (a training call updates the VQ
+centroids and the cluster-id cache).
 """
 
 import json
@@ -163,7 +164,8 @@ def main(out_dir):
           lambda v: v + rng.normal(scale=0.5, size=v.shape).astype(v.dtype),
           variables.get('params', {}))
       if kw.get('random_cache'):
-        variables['non_trainable']['input_id_to_cluster_id_cache'] = x['cache']
+        variables['non_trainable'][
+            'input_id_to_cluster_id_cache'] = x['cache']
       out, updated = layer.apply(
           jax.tree.map(jax.numpy.asarray, variables), **args, mutable=['non_trainable'],
           **({'method': layer.extend_step} if method else {}))
