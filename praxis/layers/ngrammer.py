@@ -456,8 +456,8 @@ class VQNgrammer(base_layer.BaseLayer):
     for step in self.full_update_cache_steps:
       should_update |= count == step
     cache = self.get_var('input_id_to_cluster_id_cache')
-    # Both branches are computed; the cache holds only int ids (cheap).
-    cache = jnp.where(should_update, self._full_update_cache(emb_var), cache)
+    cache = jax.lax.cond(
+        should_update, self._full_update_cache, lambda _: cache, emb_var)
     self.update_var('input_id_to_cluster_id_cache', cache)
     self.update_var('count', count + 1)
 
