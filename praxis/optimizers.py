@@ -22,7 +22,12 @@ is Pax's tuple:
   then EWC and the EMA of the weights if enabled.
 
 L1, L2 and the decay are always there (a `NestedMap(count=...)` state), so
-the layout does not depend on the weights. Gradient clipping
+the layout does not depend on the weights. The optimizers' own states have
+Pax's layout too, so checkpoints name every slot as Pax does and resume
+either way: Adam `NestedMap(count, m, v)` (Pax's bias-corrected moments,
+see `_sharded_adam`), Lion `NestedMap(count, m)`, ShardedAdafactor
+`ShardedAdafactorState`; Sgd, Adagrad and OptaxOptimizer keep optax's
+states, as Pax. Gradient clipping
 (`clip_gradient_norm_to_value`, ...) is applied by the learner
 (`paxml.learners.Learner.scale_gradients`), as in Pax.
 
