@@ -1,19 +1,22 @@
-"""ImageNet-style image classification inputs read from image folders.
+"""ImageNet-style image classification inputs: TFRecords or image folders.
 
 Public names: TRAIN_EXAMPLES, EVAL_EXAMPLES, IMAGENET_DATA_DIR,
-IMAGENET_DATA_DIR_ENV, IMAGE_EXTENSIONS, list_image_folder,
-BaseImageNetInput, ImageNetTrain, ImageNetValidation.
+IMAGENET_DATA_DIR_ENV, IMAGE_EXTENSIONS, TFRECORD_PREFIX, list_image_folder,
+list_tfrecords, BaseImageNetInput, ImageNetTrain, ImageNetValidation.
 
 Pax reads ImageNet TFRecords through Lingvo and TensorFlow; these inputs
-read plain image files (JPEG, PNG, ...) with PIL instead, from a directory
-with one subdirectory per class (`<dir>/<class name>/<image>`, the layout of
-the ImageNet tarballs once extracted). Classes are the sorted subdirectory
-names (or the `class_names` field) numbered from 1, as the labels of Pax's
-TFRecords, so the default `label_id_offset=-1` gives ids 0..num_classes-1.
+decode images with PIL, without TensorFlow, from either
+- TFRecords of `tf.train.Example`s with `image/encoded` and
+  `image/class/label` (Pax's files): `file_pattern='tfrecord:<glob>'`; or
+- a directory with one subdirectory of image files (JPEG, PNG, ...) per
+  class (`<dir>/<class name>/<image>`, the extracted ImageNet tarballs).
+  Classes are the sorted subdirectory names (or the `class_names` field)
+  numbered from 1, as the TFRecord labels.
+The default `label_id_offset=-1` gives ids 0..num_classes-1 for both.
 
-The directory is the `file_pattern` field, or else `<data dir>/train`
-(`ImageNetTrain`) or `<data dir>/validation` (`ImageNetValidation`) where
-the data dir is `$IMAGENET_DATA_DIR` or `IMAGENET_DATA_DIR`. Images are
+Without `file_pattern`, the data dir (`$IMAGENET_DATA_DIR`, else
+`IMAGENET_DATA_DIR`) holds `train-*-of-*` / `validation-*-of-*` TFRecords
+or `train/` / `validation/` class folders. Images are
 preprocessed by `resnet_preprocessing` (random crop and flip in training,
 center crop in eval). Examples are sharded over hosts, shuffled and repeated
 in training, read once in order and padded in eval (see `InMemoryInput`,
@@ -36,10 +39,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent import futures
+import glob
 import os
 
 import numpy as np
 
+from paxml.tasks.vision import _tfrecord
 from paxml.tasks.vision import resnet_preprocessing
 from praxis import base_input
 from praxis import py_utils
@@ -51,6 +56,7 @@ EVAL_EXAMPLES = 50000  # The size of ImageNet validation dataset.
 IMAGENET_DATA_DIR = '/PATH/TO/IMAGENET_DATA/'
 IMAGENET_DATA_DIR_ENV = 'IMAGENET_DATA_DIR'
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif', '.webp')
+TFRECORD_PREFIX = 'tfrecord:'
 
 
 def list_image_folder(
@@ -100,6 +106,18 @@ def list_image_folder(
   return paths, np.asarray(labels, np.int32), names
 
 
+def list_tfrecords(pattern: str) -> list[tuple[str, int, int]]:
+  """(path, offset, length) of every record of the files matching `pattern`."""
+  paths = sorted(glob.glob(pattern))
+  if not paths:
+    raise FileNotFoundError(
+        f'No TFRecord files match {pattern!r} (the file_pattern field, after '
+        f'{TFRECORD_PREFIX!r}).'
+    )
+  return [(path, offset, length) for path in paths
+          for offset, length in _tfrecord.index_records(path)]
+
+
 def _read(path: str) -> bytes:
   with open(path, 'rb') as f:
     return f.read()
@@ -113,8 +131,8 @@ class BaseImageNetInput(base_input.InMemoryInput):
     data_shape: (height, width, depth) of the output images; height and
       width must be equal.
     label_id_offset: Added to the folder labels (numbered from 1).
-    file_pattern: The directory of class folders; None: the split's
-      directory under the data dir (see the module docstring).
+    file_pattern: 'tfrecord:<glob>' or a directory of class folders; None:
+      the split's files in the data dir (see the module docstring).
     class_names: Class folder names in label order; None: sorted folders.
     num_samples: Number of examples (informational, as in Pax).
     num_batcher_threads: Threads decoding the images of a batch.
@@ -134,11 +152,24 @@ class BaseImageNetInput(base_input.InMemoryInput):
   def _is_training(self) -> bool:
     raise NotImplementedError(f'Abstract method of {type(self).__name__}.')
 
-  def _directory(self) -> str:
+  def _source(self) -> str:
+    """file_pattern, else the split's TFRecords or folder in the data dir."""
     if self.file_pattern:
       return self.file_pattern
     root = os.environ.get(IMAGENET_DATA_DIR_ENV) or IMAGENET_DATA_DIR
+    shards = os.path.join(root, f'{self._SPLIT}-*-of-*')
+    if glob.glob(shards):
+      return TFRECORD_PREFIX + shards
     return os.path.join(root, self._SPLIT)
+
+  def _check_ids(self, ids: np.ndarray, raw: str) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= self.num_classes):
+      raise self._error(
+          'num_classes',
+          f'is {self.num_classes}, but the labels {raw} plus '
+          f'label_id_offset={self.label_id_offset} span '
+          f'{ids.min()}..{ids.max()}',
+      )
 
   def _check_fields(self) -> None:
     h, w, d = tuple(self.data_shape)
@@ -151,23 +182,39 @@ class BaseImageNetInput(base_input.InMemoryInput):
 
   def __post_init__(self):
     self._check_fields()
+    self._records = self._paths = None
     if self.data is None:
-      self._paths, labels, _ = list_image_folder(
-          self._directory(), self.class_names
-      )
-      ids = labels + self.label_id_offset
-      if ids.min() < 0 or ids.max() >= self.num_classes:
-        raise self._error(
-            'num_classes',
-            f'is {self.num_classes}, but the folder labels 1..{labels.max()} '
-            f'plus label_id_offset={self.label_id_offset} span '
-            f'{ids.min()}..{ids.max()}',
-        )
+      source = self._source()
+      if source.startswith(TFRECORD_PREFIX):
+        # Labels are read with the images ('image/class/label').
+        self._records = list_tfrecords(source[len(TFRECORD_PREFIX):])
+        ids = np.zeros(len(self._records), np.int32)
+      else:
+        self._paths, labels, _ = list_image_folder(source, self.class_names)
+        ids = labels + self.label_id_offset
+        self._check_ids(ids, f'of the folders (1..{labels.max()})')
       self.data = {
-          'index': np.arange(len(self._paths), dtype=np.int64),
+          'index': np.arange(len(ids), dtype=np.int64),
           'label': ids.astype(np.int32),
       }
     super().__post_init__()
+
+  def _example(self, index: int) -> tuple[bytes, int | None]:
+    """(encoded image, TFRecord label or None) of example `index`."""
+    if self._records is None:
+      return _read(self._paths[index]), None
+    path, offset, length = self._records[index]
+    features = _tfrecord.parse_example(
+        _tfrecord.read_record(path, offset, length)
+    )
+    try:
+      return (features['image/encoded'][0],
+              int(features['image/class/label'][0]))
+    except (KeyError, IndexError) as e:
+      raise ValueError(
+          f'{path}: a record at offset {offset} lacks image/encoded or '
+          'image/class/label.'
+      ) from e
 
   def _preprocess(self, image_bytes, rng=None) -> np.ndarray:
     """One image, preprocessed to `data_shape`."""
@@ -186,28 +233,34 @@ class BaseImageNetInput(base_input.InMemoryInput):
 
   def _images(
       self, indices: np.ndarray, real: np.ndarray, position: tuple[int, int]
-  ) -> np.ndarray:
+  ) -> tuple[np.ndarray, np.ndarray]:
+    """(images, TFRecord labels (0 for folders and padded rows))."""
     rngs = self._batch_rngs(len(indices), position)
     images = np.zeros((len(indices), *self.data_shape), np.float32)
+    labels = np.zeros(len(indices), np.int64)
 
     def load(i):
       if real[i]:
-        images[i] = self._preprocess(
-            _read(self._paths[int(indices[i])]), rngs[i]
-        )
+        image_bytes, label = self._example(int(indices[i]))
+        images[i] = self._preprocess(image_bytes, rngs[i])
+        labels[i] = label or 0
 
     threads = max(1, min(self.num_batcher_threads, len(indices)))
     with futures.ThreadPoolExecutor(threads) as pool:
       list(pool.map(load, range(len(indices))))
-    return images
+    return images, labels
 
   def get_next(self) -> NestedMap:
     position = (self._epoch, self._position)  # Before this batch.
     batch = super().get_next()
     weights = np.asarray(batch[base_input.EVAL_SAMPLE_WEIGHTS], np.float32)
     real = weights > 0
-    images = self._images(batch.index, real, position)
-    labels = np.eye(self.num_classes, dtype=np.float32)[batch.label]
+    images, record_labels = self._images(batch.index, real, position)
+    ids = np.asarray(batch.label)
+    if self._records is not None:
+      ids = np.where(real, record_labels + self.label_id_offset, 0)
+      self._check_ids(ids[real], 'of the TFRecords')
+    labels = np.eye(self.num_classes, dtype=np.float32)[ids]
     return NestedMap(
         bucket_keys=real.astype(np.int32),
         image=images,

@@ -1,12 +1,16 @@
 """Tests of the image-folder ImageNet inputs on tiny generated folders."""
 
+import io
 import os
+import struct
 import tempfile
 
 from absl.testing import absltest
 import numpy as np
 from PIL import Image
+from tensorboardX import record_writer
 
+from paxml.tasks.vision import _tfrecord
 from paxml.tasks.vision import input_generator
 from praxis import base_hyperparams
 from praxis import pax_fiddle
@@ -26,6 +30,49 @@ def write_image_folder(root, counts, size=(12, 10), seed=0):
       Image.fromarray(np.ascontiguousarray(image)).save(path)
       colors[path] = color
   return colors
+
+
+def _varint(v):
+  v &= (1 << 64) - 1
+  out = b''
+  while True:
+    out += bytes([(v & 0x7F) | (0x80 if v > 0x7F else 0)])
+    v >>= 7
+    if not v:
+      return out
+
+
+def _len_field(number, payload):
+  return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _example(features):
+  """A tf.train.Example, encoded from the protobuf spec by hand.
+
+  features: name -> ('bytes', [b'..']) | ('float', [..]) | ('int64', [..]);
+  floats are packed, int64s unpacked (both are legal encodings).
+  """
+  entries = b''
+  for name, (kind, values) in features.items():
+    if kind == 'bytes':
+      inner = b''.join(_len_field(1, v) for v in values)
+      feature = _len_field(1, inner)
+    elif kind == 'float':
+      feature = _len_field(2, _len_field(
+          1, struct.pack(f'<{len(values)}f', *values)))
+    else:
+      inner = b''.join(_varint(1 << 3) + _varint(v) for v in values)
+      feature = _len_field(3, inner)
+    entries += _len_field(1, _len_field(1, name.encode()) +
+                          _len_field(2, feature))
+  return _len_field(1, entries)
+
+
+def _png_bytes(color, size=(10, 12)):
+  buf = io.BytesIO()
+  image = np.broadcast_to(np.asarray(color, np.uint8), (*size, 3))
+  Image.fromarray(np.ascontiguousarray(image)).save(buf, format='PNG')
+  return buf.getvalue()
 
 
 class InputTest(test_utils.TestCase):
@@ -99,6 +146,42 @@ class InputTest(test_utils.TestCase):
     with open(sorted(self.colors)[0], 'rb') as f:
       batch = inp.ImageBytesToBatch(f.read())
     self.assertEqual(batch.image.shape, (1, 8, 8, 3))
+
+
+class TFRecordTest(test_utils.TestCase):
+
+  def test_parse_example(self):
+    data = _example({'a': ('bytes', [b'xy', b'']), 'b': ('float', [1.5, -2.0]),
+                     'c': ('int64', [3, -4, 2**40])})
+    self.assertEqual(_tfrecord.parse_example(data), {
+        'a': [b'xy', b''], 'b': [1.5, -2.0], 'c': [3, -4, 2**40]})
+
+  def test_input_reads_pax_style_records(self):
+    root = tempfile.mkdtemp()
+    colors = [(250, 0, 0), (0, 250, 0), (0, 0, 250)]
+    for shard in range(2):
+      writer = record_writer.RecordWriter(
+          os.path.join(root, f'validation-{shard:05d}-of-00002'))
+      for k in range(shard, 3, 2):  # Labels 1..3, as ImageNet's.
+        writer.write(_example({
+            'image/encoded': ('bytes', [_png_bytes(colors[k])]),
+            'image/class/label': ('int64', [k + 1])}))
+      writer.close()
+    p = pax_fiddle.Config(
+        input_generator.ImageNetValidation, name='inp', num_classes=3,
+        data_shape=(4, 4, 3), batch_size=4, reset_for_eval=True,
+        num_infeed_hosts=1,
+        file_pattern=f'tfrecord:{root}/validation-*-of-*')
+    batch = base_hyperparams.instantiate(p).get_next()
+    # Shard 0 holds labels 1 and 3, shard 1 label 2; files in sorted order.
+    np.testing.assert_array_equal(np.argmax(batch.label_probs[:3], -1),
+                                  [0, 2, 1])
+    np.testing.assert_array_equal(batch.weight, [1, 1, 1, 0])
+    self.assertAllClose(batch.image[1],
+                        np.full((4, 4, 3), colors[2], np.float32), atol=1e-3)
+    p.num_classes = 2
+    with self.assertRaisesRegex(ValueError, 'num_classes'):
+      base_hyperparams.instantiate(p).get_next()
 
 
 if __name__ == '__main__':

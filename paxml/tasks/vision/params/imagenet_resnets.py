@@ -5,10 +5,12 @@ Public names: ImageClassificationInputSpecsProvider, ResNet50Pjit.
 `ResNet50Pjit` is Pax's ResNet-50 baseline ("ImageNet in 1 Hour", SGD with
 Nesterov momentum, linear warmup then step decay, zero-init residual batch
 norms, 90 epochs). Pax reads ImageNet TFRecords through Lingvo; here the
-inputs (`input_generator.ImageNetTrain` / `ImageNetValidation`) read class
-folders of image files: `$IMAGENET_DATA_DIR/train/<class>/*.JPEG` and
-`$IMAGENET_DATA_DIR/validation/<class>/*.JPEG`, or the directories in the
-class attributes `TRAIN_FILE_PATTERN` and `EVAL_FILE_PATTERN`.
+inputs (`input_generator.ImageNetTrain` / `ImageNetValidation`) read, without
+TensorFlow, the same TFRecords (`$IMAGENET_DATA_DIR/train-*-of-*`,
+`validation-*-of-*`) or class folders of image files
+(`$IMAGENET_DATA_DIR/train/<class>/*.JPEG`, `validation/...`); the class
+attributes `TRAIN_FILE_PATTERN` and `EVAL_FILE_PATTERN` override them
+('tfrecord:<glob>' or a directory).
 
 Example:
 
