@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 from etils import epath
 import jax
+import jax.numpy as jnp
 import numpy as np
 from paxml import base_metrics
 from paxml import summary_utils
@@ -208,6 +209,66 @@ class SummaryAccumulator:
     return SummaryEntry.of(pending)
 
 
+def _pair(value: Any) -> tuple[Any, Any]:
+  if isinstance(value, (tuple, list)) and len(value) == 2:
+    return value[0], value[1]
+  return value, 1.0
+
+
+def _add_batch(sums: Any, loss: Any, weighted: Any, loss_key: str) -> Any:
+  """`sums` plus one batch's weighted sums (float32, on the devices)."""
+  f32 = lambda x: jnp.asarray(x, jnp.float32)
+  terms = {}
+  for key, pair in dict(weighted or {}).items():
+    value, weight = _pair(pair)
+    terms[key] = (jnp.sum(f32(value) * f32(weight)), jnp.sum(f32(weight)))
+  loss_weight = f32(_pair(dict(weighted or {}).get(loss_key, 1.0))[1])
+  terms = {'metrics': terms,
+           'loss': (f32(loss) * loss_weight, loss_weight),
+           'plain_loss': (f32(loss), jnp.float32(1.0))}
+  return terms if sums is None else jax.tree.map(jnp.add, sums, terms)
+
+
+# Module level: compiled once per metric structure, not once per eval.
+_add_batch_jit = jax.jit(_add_batch, static_argnames='loss_key')
+
+
+class DeviceMeans:
+  """An eval's weighted means, summed on the devices batch by batch.
+
+  What `base_metrics.MeanMetrics` computes (sum(v * w) / sum(w), weight
+  sum(w), for scalar metrics), without fetching each batch: `add` is one
+  jitted addition, `finalize` one fetch.
+  """
+
+  def __init__(self, loss_key: str):
+    """Constructor.
+
+    Args:
+      loss_key: The metric whose weights weigh the batches' losses.
+    """
+    self._sums = None
+    self._loss_key = loss_key
+
+  def add(self, loss: Any, weighted_scalars: Any) -> None:
+    self._sums = _add_batch_jit(self._sums, loss, weighted_scalars,
+                                loss_key=self._loss_key)
+
+  def finalize(self) -> tuple[float, dict[str, tuple[float, float]]]:
+    """(the loss, weighted by the loss metric's weights when they sum to
+    more than 0, else the plain mean; `{key: (mean, total weight)}`)."""
+    if self._sums is None:
+      raise ValueError('DeviceMeans.finalize: no batch was added.')
+    sums = fetch(self._sums)
+    self._sums = None
+    metrics = {k: (float(s) / float(w) if float(w) else float('nan'),
+                   float(w)) for k, (s, w) in sums['metrics'].items()}
+    loss, weight = map(float, sums['loss'])
+    if not weight:
+      loss, weight = map(float, sums['plain_loss'])
+    return loss / weight, metrics
+
+
 def new_metrics(task: Any) -> Any:
   """A fresh aggregator of the task's metrics (MeanMetrics by default)."""
   if task.metrics is None:
@@ -256,6 +317,22 @@ class Progress:
                   self._tokens * jax.process_count() / elapsed)
     self._time, self._step, self._tokens = now, step, 0
     return rates
+
+
+def _json_default(x: Any) -> Any:
+  if isinstance(x, (np.ndarray, np.generic, jax.Array)):
+    return np.asarray(x).tolist()
+  return str(x)
+
+
+def json_line(key: Any, value: Any) -> str:
+  """`{"key": str(key), "value": value}` as one JSON line (no newline).
+
+  Arrays and numpy scalars become lists and numbers, what else JSON cannot
+  hold its `str()`; one pass of the encoder (outputs are written per
+  decoded example, so this is on the decode program's host path).
+  """
+  return json.dumps({'key': str(key), 'value': value}, default=_json_default)
 
 
 def jsonable(value: Any) -> Any:

@@ -191,9 +191,8 @@ def safe_write_key_value_pairs(filename: Any, key_value_pairs: Any,
   """
   del cast_to_ndarray, write_pickle
   try:
-    lines = [json.dumps({'key': str(k), 'value': _program_utils.jsonable(v)})
-             for k, v in key_value_pairs]
-  except TypeError as e:
+    lines = [_program_utils.json_line(k, v) for k, v in key_value_pairs]
+  except (TypeError, ValueError) as e:
     logging.warning('Outputs for %s are not serializable: %s', filename, e)
     return
   path = epath.Path(filename)
@@ -554,8 +553,9 @@ class BaseEvalProgram(Program):
     """Evaluates `state` over the whole input (see `reset_for_eval`).
 
     The batches are dispatched without waiting for their results (at most
-    `train.max_inflight_steps` of them ahead of the devices); the metrics of
-    all of them are fetched once, at the end.
+    `train.max_inflight_steps` of them ahead of the devices); the metrics
+    are summed on the devices (or, with the task's own metrics class, kept
+    there) and fetched once, at the end.
     """
     eval_state = get_eval_train_state(self._task, state,
                                       self._task.train.eval_use_ema_states)
@@ -563,6 +563,11 @@ class BaseEvalProgram(Program):
         unpadded_global_batch_size=self._input.get_global_batch_size(
             self._input))
     in_flight = _program_utils.InFlight(self._task.train.max_inflight_steps)
+    loss_key = self._task.learners[0].loss_name
+    # The default metrics (weighted means) are summed on the devices; a
+    # task's own metrics class gets every batch's values, fetched at once.
+    means = (_program_utils.DeviceMeans(loss_key)
+             if self._task.metrics is None else None)
     results = []
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
       inputs = self._partitioner.preprocess_inputs(
@@ -571,11 +576,29 @@ class BaseEvalProgram(Program):
                            jax.random.fold_in(self._eval_prng_seed, i),
                            inputs, static_args)
       in_flight.add(out.loss)
-      results.append((out.loss, out.weighted_scalars))
+      if means is not None:
+        means.add(out.loss, out.weighted_scalars)
+        results.append(None)
+      else:
+        results.append((out.loss, out.weighted_scalars))
     if not results:
       raise ValueError(f'Eval input {self._name!r} produced no batch.')
+    if means is not None:
+      loss, final = means.finalize()
+    else:
+      loss, final = self._host_metrics(results, loss_key)
+    summary_utils.write_summary_entry(self._writer, step, loss, final, {})
+    logging.info('eval %s at step %d: loss %.5f %s', self._name, step, loss,
+                 {k: round(v, 5) for k, (v, _) in final.items()})
+    return EvalProgramOutput(
+        state, eval_metrics={'loss': loss, **{k: v for k, (v, _) in
+                                               final.items()}},
+        num_eval_steps=len(results))
+
+  def _host_metrics(self, results: list[Any], loss_key: str
+                    ) -> tuple[float, dict[str, tuple[float, float]]]:
+    """(loss, `{key: (value, weight)}`) by the task's metrics class."""
     metrics = _program_utils.new_metrics(self._task)
-    loss_key = self._task.learners[0].loss_name
     losses, weights = [], []
     for loss, weighted in _program_utils.fetch(results):
       scalars = _program_utils.host_scalars(weighted)
@@ -587,13 +610,7 @@ class BaseEvalProgram(Program):
              for k, (v, w) in metrics.finalize().items()}
     loss = float(np.average(losses, weights=weights) if sum(weights)
                  else np.mean(losses))
-    summary_utils.write_summary_entry(self._writer, step, loss, final, {})
-    logging.info('eval %s at step %d: loss %.5f %s', self._name, step, loss,
-                 {k: round(v, 5) for k, (v, _) in final.items()})
-    return EvalProgramOutput(
-        state, eval_metrics={'loss': loss, **{k: v for k, (v, _) in
-                                               final.items()}},
-        num_eval_steps=len(losses))
+    return loss, final
 
   @abc.abstractmethod
   def eval_step(self, state: Any, prng_key: jax.Array, inputs: Any,

@@ -7,6 +7,7 @@ import tempfile
 from absl.testing import absltest
 import jax
 import numpy as np
+from paxml import base_metrics
 from paxml import partitioning_test
 from paxml import programs
 from praxis import base_input
@@ -94,8 +95,11 @@ class LeanStepsTest(absltest.TestCase):
 
 class EvalFetchTest(absltest.TestCase):
 
-  def test_metrics_fetched_once_and_equal_to_per_batch_numpy(self):
+  def _run_eval(self, metrics_p=None):
+    """(EvalProgramOutput, the fetches it made, per-batch numpy MSEs)."""
     task = partitioning_test._task(None)
+    if metrics_p is not None:
+      object.__setattr__(task, 'metrics', metrics_p)
     partitioner = partitioning_test._partitioner(task)
     state = partitioning_test._init(partitioner)
     batches = list(partitioning_test._batches(5, batch=16))
@@ -119,18 +123,30 @@ class EvalFetchTest(absltest.TestCase):
     finally:
       programs._program_utils.fetch = fetch
     program.shutdown()
-    self.assertLen(fetches, 1)  # One fetch of all 5 batches' metrics.
-    self.assertLen(fetches[0], 5)
-    self.assertEqual(out.num_eval_steps, 5)
-    # numpy: eval-mode BatchNorm (initial stats), MSE per batch, averaged
-    # (every batch has weight 1).
+    # numpy: eval-mode BatchNorm (initial stats), the MSE of each batch.
     p = jax.tree.map(np.asarray, state.mdl_vars['params'])
     mses = []
     for b in batches:
       h = np.maximum(b['inputs'] / np.sqrt(1 + 1e-3) @ p['l1']['w'], 0)
       mses.append(np.mean((h @ p['l2']['w'] - b['targets']) ** 2))
+    return out, fetches, mses
+
+  def test_default_means_summed_on_device_fetched_once(self):
+    out, fetches, mses = self._run_eval()
+    self.assertLen(fetches, 1)
+    self.assertEqual(out.num_eval_steps, 5)
+    # Every batch has weight 1: plain means.
     np.testing.assert_allclose(out.eval_metrics['loss'], np.mean(mses),
-                               rtol=1e-4)
+                               rtol=1e-5)
+
+  def test_task_metrics_class_gets_every_batch_fetched_once(self):
+    out, fetches, mses = self._run_eval(
+        pax_fiddle.Config(base_metrics.MaxMetrics))
+    self.assertLen(fetches, 1)
+    self.assertLen(fetches[0], 5)  # The 5 batches' values, at once.
+    # The model's metric is named 'loss': its maximum over the batches.
+    np.testing.assert_allclose(out.eval_metrics['loss'], np.max(mses),
+                               rtol=1e-5)
 
 
 class SummaryAccumulationTest(absltest.TestCase):
