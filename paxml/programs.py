@@ -4,7 +4,8 @@ Public names: Program, ProgramOutput, TrainProgramOutput, EvalProgramOutput,
 BaseTrainProgram, SingleTaskTrainProgram, BaseEvalProgram,
 SingleTaskEvalProgram, EvaluationMode, get_eval_train_state,
 get_summary_base_dir, get_filename, safe_write_key_value_pairs,
-maybe_write_eval_outputs, tokens_in_batch. Decoding is `paxml.decode_programs.SingleTaskDecodeProgram`.
+maybe_write_eval_outputs, tokens_in_batch. Decoding is
+`paxml.decode_programs.SingleTaskDecodeProgram`.
 
 A program is built empty (eval programs from their input config), then
 `setup` with the task, partitioner and keys; `run(state, step)` returns a
@@ -203,7 +204,10 @@ def safe_write_key_value_pairs(filename: Any, key_value_pairs: Any,
 def maybe_write_eval_outputs(mode: EvaluationMode, output_dir: Any, step: int,
                              eval_outputs: Any,
                              write_pickle: bool = True) -> None:
-  """Writes outputs to `<output_dir>/<mode>_out_<step>_shard_<i>` (process 0)."""
+  """Writes outputs to `<output_dir>/<mode>_out_<step>_shard_<i>`.
+
+  Only process 0 writes.
+  """
   if jax.process_index() != 0:
     return
   safe_write_key_value_pairs(
