@@ -16,6 +16,7 @@ checkpoint restores onto any mesh.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from etils import epath
@@ -27,6 +28,15 @@ import tensorstore as ts
 
 _FIELDS = ('step', 'mdl_vars', 'opt_states', 'extra_state')
 _MAX_REPORTED = 5
+# optax's Adam/Lion slots (mu, nu), which this project's optimizers stored
+# before they took Pax's layout (m, v).
+_OPTAX_SLOT = re.compile(r'^opt_states.*[._](mu|nu)\.')
+_PAX_SLOT = re.compile(r'^opt_states.*[._](m|v)\.')
+_OLD_LAYOUT_HINT = (
+    "its optimizer slots are optax's (mu, nu) where the model's optimizer "
+    "keeps Pax's (m, v): e.g. written by this project before its Adam and "
+    'Lion states took Pax\'s layout; restore only its model variables '
+    '(e.g. with init_from_checkpoint_rules)')
 
 
 def _key_part(key: Any, pax_style: bool) -> str:
@@ -159,6 +169,9 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
   if strict and (extra := sorted(stored - {n for n, _ in wanted})):
     errors.append(f'not in the model: {extra[:_MAX_REPORTED]} '
                   f'({len(extra)} in all)')
+    if (any(_OPTAX_SLOT.search(n) for n in extra)
+        and any(_PAX_SLOT.search(n) for n in missing)):
+      errors.append(_OLD_LAYOUT_HINT)
   if errors:
     raise ValueError(f'Checkpoint {state_dir} does not fit the model: '
                      + '; '.join(errors) + '.')

@@ -234,6 +234,11 @@ class CheckpointTest(test_utils.TestCase):
                                 r"not in the checkpoint: \['mdl_vars.params"
                                 r".extra'\]"):
       ckpt.restore(0, abstract_state=more)
+    pax_slots = self._abstract(mesh)  # Pax's Adam m where optax's mu is.
+    pax_slots.opt_states[0]['m'] = pax_slots.opt_states[0].pop('mu')
+    with self.assertRaisesRegex(ValueError, r"optax's \(mu, nu\) where the "
+                                r"model's optimizer keeps Pax's \(m, v\)"):
+      ckpt.restore(0, abstract_state=pax_slots)
     unsharded = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self._abstract(mesh))
     with self.assertRaisesRegex(ValueError, r'abstract_state.*has no sharding'):
