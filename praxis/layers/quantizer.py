@@ -316,7 +316,7 @@ class RandomVectorQuantizer(base_layer.BaseLayer):
 
 
 class VectorQuantizer(base_layer.BaseLayer):
-  """The VQ-VAE vector quantizer of sequences (https://arxiv.org/abs/1711.00937).
+  """The VQ-VAE sequence vector quantizer (https://arxiv.org/abs/1711.00937).
 
   The codebook `w` is [C, G, D // G]. Padded frames quantize to zeros and
   code 0. `loss` is the codebook loss |sg(z) - z_q|^2 plus `beta` times the
