@@ -77,10 +77,12 @@ class LeanStepsTest(absltest.TestCase):
     self.assertEqual(losses, every)
 
   def test_metrics_only_on_summary_steps_per_example_only_when_asked(self):
-    outs, writer = _program(4, summary_interval_steps=2)
+    outs, writer = _program(4, keep_per_example_out=True,
+                            summary_interval_steps=2)
     self.assertEqual([o.weighted_scalars is None for o in outs],
                      [True, False, True, False])
-    self.assertTrue(all(o.per_example_out is None for o in outs))
+    self.assertEqual([o.per_example_out is None for o in outs],
+                     [True, False, True, False])
     # Written at steps 2 and 4: that step's loss (no accumulation).
     for step in (2, 4):
       self.assertAlmostEqual(writer.scalars[('loss', step)],
@@ -88,9 +90,6 @@ class LeanStepsTest(absltest.TestCase):
       self.assertAlmostEqual(writer.scalars[('Metrics/loss', step)],
                              float(outs[step - 1].loss), places=6)
     self.assertNotIn(('loss', 1), writer.scalars)
-    outs, _ = _program(2, keep_per_example_out=True, summary_interval_steps=2)
-    self.assertIsNone(outs[0].per_example_out)
-    self.assertIsNotNone(outs[1].per_example_out)
 
 
 class EvalFetchTest(absltest.TestCase):
@@ -154,6 +153,8 @@ class SummaryAccumulationTest(absltest.TestCase):
   def test_every_step_accumulated_means_written_at_summary_steps(self):
     outs, writer = _program(6, summary_interval_steps=3,
                             summary_accumulate_interval_steps=1)
+    # Not asked for: no per-example outputs, summary steps included.
+    self.assertTrue(all(o.per_example_out is None for o in outs))
     losses = [float(o.loss) for o in outs]
     for step in (3, 6):
       mean = np.mean(losses[step - 3:step])
