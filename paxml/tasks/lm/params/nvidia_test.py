@@ -1,0 +1,133 @@
+"""Tests of NVIDIA's recipes: sizes, layer choices, and tiny CPU runs."""
+
+import math
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from tensorboard.backend.event_processing import event_accumulator
+
+from paxml import executors
+from paxml import experiment_registry
+from paxml import train
+from paxml.tasks.lm.params import nvidia
+from praxis import base_hyperparams
+from praxis import base_layer
+from praxis.layers import grouped_query_attention
+from praxis.layers import normalizations
+
+instantiate = base_hyperparams.instantiate
+
+_RECIPES = [n for n in nvidia.__all__ if isinstance(getattr(nvidia, n), type)]
+
+
+def _variables(exp):
+  task = instantiate(exp.task())
+  specs = instantiate(exp.get_input_specs_provider_params()).get_input_specs()
+  return task.model.abstract_init_with_metadata(specs)
+
+
+def _count(variables) -> int:
+  leaves = jax.tree_util.tree_leaves(
+      variables, is_leaf=lambda x: isinstance(x, base_layer.WeightHParams))
+  return sum(math.prod(w.full_shape) for w in leaves)
+
+
+class RecipesTest(parameterized.TestCase):
+
+  def test_every_recipe_is_registered_under_paxs_name(self):
+    self.assertLen(_RECIPES, 16)
+    for name in _RECIPES:
+      cls = experiment_registry.get(f'tasks.lm.params.nvidia.{name}')
+      self.assertIs(cls, getattr(nvidia, name))
+      task_p = cls().task()  # Builds at full size (configs only).
+      optimizer = task_p.train.learner.optimizer
+      self.assertEqual(optimizer.learning_rate, 6e-4)
+      self.assertEqual(task_p.train.learner.loss_name, 'total_loss')
+
+  @parameterized.parameters(
+      # (recipe, weights of its matrices by hand, from its attributes)
+      # GPT: per layer the fused QKV and output projections (4 D^2) and the
+      # feed-forward (2 D F); the 2048 x D position embedding; the softmax.
+      ('NVIDIA1_3B', 24 * (4 * 2048**2 + 2 * 2048 * 8192)
+       + (2048 + 51200) * 2048),
+      # Llama 2: q, o of D x N H; k, v of D x K H; 3 D F (SwiGLU); RoPE.
+      ('Llama2_7B', 32 * (2 * 4096 * 4096 + 2 * 4096 * 32 * 128
+                          + 3 * 4096 * 11008) + 51200 * 4096),
+      ('Llama2_70B', 80 * (2 * 8192 * 8192 + 2 * 8192 * 8 * 128
+                           + 3 * 8192 * 28672) + 51200 * 8192),
+  )
+  def test_weight_matrices_have_the_announced_sizes(self, name, by_hand):
+    variables = _variables(getattr(nvidia, name)())
+    leaves = jax.tree_util.tree_leaves_with_path(
+        variables, is_leaf=lambda x: isinstance(x, base_layer.WeightHParams))
+    # Matrices only ('w', embedding tables): biases and norms are < 0.1%.
+    count = sum(math.prod(w.full_shape) for path, w in leaves
+                if jax.tree_util.keystr(path[-1:]) in ("['w']", "['emb_var']"))
+    self.assertEqual(count, by_hand)
+
+  def test_llama_layers(self):
+    task_p = nvidia.Llama2_70B().task()
+    layer_p = nvidia._layer(task_p)
+    atten_p = layer_p.tr_atten_tpl
+    self.assertIs(atten_p.cls, grouped_query_attention.GroupedQueryAttention)
+    self.assertEqual(atten_p.num_kv_heads, 8)
+    self.assertEqual(tuple(atten_p.rope_min_max_timescales), (1, 10000))
+    self.assertIsNone(task_p.model.lm_tpl.position_emb_tpl)
+    for ln in (layer_p.ln_tpl, layer_p.tr_fflayer_tpl.ln_tpl,
+               task_p.model.lm_tpl.final_ln_tpl):
+      self.assertIs(ln.cls, normalizations.RmsNorm)
+    self.assertTrue(layer_p.tr_fflayer_tpl.use_gated_activation)
+
+  def test_shrunk_is_tiny_and_keeps_the_recipe(self):
+    tiny = nvidia.shrunk(nvidia.NVIDIA5B)
+    self.assertEqual(tiny.__name__, 'NVIDIA5BTiny')
+    self.assertTrue(issubclass(tiny, nvidia.NVIDIA5B))
+    self.assertEqual(tiny.ICI_MESH_SHAPE, [2, 1, 1, 1])
+    self.assertEqual((tiny.NUM_STAGES, tiny.NUM_LAYERS), (2, 2))
+    count = _count(_variables(nvidia.shrunk(nvidia.Llama2_7B)()))
+    d, f, n, k, h, v = 64, 128, 4, 2, 16, 128
+    weights = 2 * d * n * h + 2 * d * k * h + 3 * d * f
+    biases = (n * h + 2 * k * h + d) + (2 * f + d)  # Attention, feed-forward.
+    norms = 2 * d  # Two RMSNorm scales per layer.
+    self.assertEqual(count, 2 * (weights + biases + norms) + d + v * d + v)
+
+
+class TinyTrainingTest(parameterized.TestCase):
+  """The shrunk recipes train a few steps on the CPU, loss falling."""
+
+  @parameterized.parameters('Llama2_7B', 'MoELarge')
+  def test_trains(self, name):
+    # FSDP over the test's 8 virtual CPU devices (a laptop: [1, 1, 1]).
+    exp = nvidia.shrunk(getattr(nvidia, name), LEARNING_RATE=1e-2,
+                        ICI_MESH_SHAPE=[1, jax.device_count(), 1],
+                        NUM_GROUPS=jax.device_count(),
+                        NUM_EXPERTS=jax.device_count())()
+    configs = train.ExperimentConfigs.from_experiment(exp, name)
+    steps = 6
+    configs.apply_overrides([
+        f'task.train.num_train_steps={steps}',
+        'task.train.summary_interval_steps=1',
+        'task.train.learner.optimizer.lr_schedule.decay_end=1000',
+    ])
+    job_dir = pathlib.Path(tempfile.mkdtemp())
+    train.train_and_evaluate(configs, executors.RunOptions(
+        job_log_dir=job_dir, eval_on_test=False, decode_during_train=False,
+        enable_checkpoint_saving=False))
+    acc = event_accumulator.EventAccumulator(
+        str(job_dir / 'summaries' / 'train'))
+    acc.Reload()
+    loss = {e.step: e.value for e in acc.Scalars('loss')}
+    self.assertEqual(sorted(loss), list(range(1, steps + 1)))
+    self.assertTrue(all(math.isfinite(v) for v in loss.values()))
+    # Pax's synthetic batches repeat one sequence (every token 1): the
+    # dense model learns it at once; the MoE's total loss also carries the
+    # load-balancing loss of its 8 experts, and falls more slowly.
+    self.assertLess(loss[steps], loss[1] * (0.5 if name == 'Llama2_7B'
+                                            else 0.9))
+
+
+if __name__ == '__main__':
+  absltest.main()
