@@ -28,7 +28,7 @@ def _run(args: list[str], env: dict[str, str] | None = None,
          prefix: tuple[str, ...] = ('-m', 'paxml.main')
          ) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, *prefix, *args], capture_output=True,
-                        text=True, timeout=120, env=env or _env(),
+                        text=True, timeout=600, env=env or _env(),
                         check=False)
 
 

@@ -297,7 +297,7 @@ class InputsTest(absltest.TestCase):
     train_p = c4.c4_datasets(1, 8)[0]
     train_p.data_dir = None
     expected = (r'C4 data not found: set C4_DATA_DIR .* c4-train\.'
-                r'NNNNN-of-NNNNN\.json .* but C4_DATA_DIR is not set\.$')
+                r'NNNNN-of-NNNNN\.json\.gz .* but C4_DATA_DIR is not set\.$')
     with (mock.patch.dict(os.environ, {c4.C4_DATA_DIR_ENV: ''}),
           self.assertRaisesRegex(ValueError, expected)):
       instantiate(train_p)
