@@ -1,6 +1,7 @@
 """Test helpers for Pax layers, without TensorFlow.
 
-Public names: TestCase, to_np, unshard_input_nmap, apply, init_and_apply.
+Public names: TestCase, to_np, to_tf_nmap, unshard_input_nmap, apply,
+init_and_apply. Only to_tf_nmap needs TensorFlow (imported when called).
 
 Example:
 
@@ -50,6 +51,34 @@ def unshard_input_nmap(x_nmap: NestedMap) -> NestedMap:
   return jax.tree.map(
       lambda x: jnp.reshape(x, (x.shape[0] * x.shape[1],) + x.shape[2:]),
       x_nmap)
+
+
+_TF_DTYPES = ('float32', 'float64', 'int32', 'int64', 'uint32')
+
+
+def to_tf_nmap(x_nmap: Any) -> Any:
+  """Leaves of a (nested) structure as TF constants of the same dtype.
+
+  For tests that compare with a TensorFlow implementation; TensorFlow is
+  imported here, so the rest of this module does not need it.
+
+  Args:
+    x_nmap: A NestedMap (or any nest) of arrays or numbers.
+
+  Returns:
+    The same structure with tf.Tensor leaves (float32, float64, int32, int64
+    or uint32, as the leaf's numpy dtype).
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def to_tf(x: Any) -> Any:
+    x = np.asarray(x)
+    if x.dtype.name not in _TF_DTYPES:
+      raise ValueError(f'to_tf_nmap: leaf dtype {x.dtype} is not one of '
+                       f'{_TF_DTYPES}')
+    return tf.constant(x, dtype=x.dtype.name)
+
+  return tf.nest.map_structure(to_tf, x_nmap)
 
 
 def _dtype(x: Any) -> Any:
