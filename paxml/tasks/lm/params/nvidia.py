@@ -3,7 +3,9 @@
 Public names (as in Pax): NVIDIA1_3B, NVIDIA5B, NVIDIA8_3B, NVIDIA10B,
 NVIDIA40BProxy, NVIDIA70BProxy, NVIDIA116BProxy, NVIDIA175BProxy,
 NVIDIA175B, TestSmallConfig, Llama33BProxy, NVIDIA175B_FSDP, Llama2_7B,
-Llama2_13B, Llama2_70B, MoELarge; `shrunk` makes a CPU-sized variant.
+Llama2_13B, Llama2_70B, MoELarge, GLaM64B64EProxy (unregistered, as in
+Pax), GLaM64B64EProxy_EP, Grok, Grok_Proxy, Grok_Proxy_PP, Grok_PP,
+NVIDIA_CIRCULAR_REPEAT; `shrunk` makes a CPU-sized variant.
 
 Every recipe trains on synthetic tokens (`lm_cloud.SyntheticDataset`) with
 Adam (or Adafactor, `USE_ADAFACTOR`), a linear-rampup cosine-decay learning
@@ -37,13 +39,18 @@ from paxml.tasks.lm.params import lm_cloud
 from praxis import base_layer
 from praxis import optimizers
 from praxis import pax_fiddle
+from praxis import py_utils
 from praxis import schedules
 from praxis.layers import activations
+from praxis.layers import checkpoint_policy
+from praxis.layers import glam
+from praxis.layers import grok
 from praxis.layers import grouped_query_attention
 from praxis.layers import normalizations
 
 TaskConfig = pax_fiddle.Config[tasks_lib.SingleTask]
 WeightInit = base_layer.WeightInit
+AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
 
 
 class _NvidiaRecipe:
@@ -389,6 +396,284 @@ class MoELarge(NVIDIA1_3B):
     return task_p
 
 
+# The MoE recipes below (GLaM, Grok) replace the GPT layer stack by a
+# praxis.layers.glam / grok TransformerLm; the `_EP` and Grok ones add a
+# `data_expert` mesh axis (experts split over it, tokens over it too).
+EP_AXES = ('replica', 'data', 'data_expert', 'mdl')
+
+
+class _FoldedExpertMesh:
+  """Within: the recipe's meshes without the `data_expert` axis (merged into
+  `data`), so the dense base classes (3- or 4-axis meshes) can build."""
+
+  def __init__(self, exp: Any, enabled: bool):
+    self._exp = exp
+    self._keys = ('ICI_MESH_SHAPE', 'DCN_MESH_SHAPE') if enabled else ()
+
+  def __enter__(self):
+    for key in self._keys:
+      mesh = getattr(self._exp, key)
+      if mesh is not None:  # [..., data, data_expert, mdl]
+        setattr(self._exp, key, [*mesh[:-3], mesh[-3] * mesh[-2], mesh[-1]])
+
+  def __exit__(self, *unused):
+    for key in self._keys:
+      self._exp.__dict__.pop(key, None)  # The class's value again.
+
+
+def _moe_lm_kwargs(exp: Any) -> dict[str, Any]:
+  """What the GLaM and Grok builders of NVIDIA's MoE recipes share."""
+  return dict(
+      vocab_size=exp.VOCAB_SIZE, num_transformer_layers=exp.NUM_LAYERS,
+      moe=True, model_dim=exp.MODEL_DIMS, ff_dim=exp.HIDDEN_DIMS,
+      moe_hidden_dim=exp.HIDDEN_DIMS, attention_num_heads=exp.NUM_HEADS,
+      attention_key_value_dim=exp.MODEL_DIMS // exp.NUM_HEADS,
+      attention_extra_logit=0.0, use_tgt_labels_size_as_loss_denominator=True,
+      moe_load_balance_loss_weight=0.01, z_loss_weight=1e-4,
+      moe_gating_func='top2', moe_gating_embedding_level='token',
+      c_dim=None, capacity_factor=2.0, e_dim=exp.NUM_EXPERTS,
+      num_groups=exp.NUM_GROUPS, use_gated_activation=True)
+
+
+def _grok_lm(exp: Any, **pipeline: Any) -> Any:
+  return grok.GrokUniTransformerLmHParams(
+      name='grok_lm', attention_num_groups=exp.NUM_KV_HEADS,
+      combine_qkv=exp.COMBINE_QKV, checkpoint_policy=exp.CHECKPOINT_POLICY,
+      use_fp8=exp.USE_FP8, **_moe_lm_kwargs(exp), **pipeline)
+
+
+def _expert_parallel_shardings(training_optimized: bool) -> dict[str, Any]:
+  """Pax's `set_sharding_params_with_expert_parallelism` mappings: weights
+  over data x data_expert (experts over data_expert), batch over all three
+  data-like axes."""
+  replica, data, expert, mdl = EP_AXES
+  batch = (replica, data, expert)
+  w_data = (data, expert)
+  return {
+      'w_df': [w_data, mdl], 'w_dnh': [w_data, mdl, None],
+      'w_emh': [expert, data, mdl], 'w_vd': [mdl, w_data],
+      'a_bld': [batch, None, mdl if training_optimized else None],
+      'a_blf': [batch, None, mdl], 'a_blnh': [batch, None, mdl, None],
+      'a_blv': [batch, None, mdl],
+      'a_egch': [expert, data, None, mdl],
+      'a_egcm': ([expert, (replica, data), None, mdl] if training_optimized
+                 else [batch, None, None, None]),
+  }
+
+
+def _moe_task(exp: Any, task_p: TaskConfig, lm_p: Any, *,
+              expert_parallel: bool, stage_axis: bool = False) -> TaskConfig:
+  """Puts MoE TransformerLm `lm_p` in `task_p` and annotates its sharding.
+
+  Without `expert_parallel`, Pax's v1 sharding on [replica, data, mdl];
+  with it, the [replica, data, data_expert, mdl] mesh (a `stage` axis in
+  front if `stage_axis`) and the expert-parallel mappings.
+  """
+  model_p = task_p.model
+  model_p.ici_mesh_shape = list(exp.ICI_MESH_SHAPE)
+  if exp.DCN_MESH_SHAPE is not None:
+    model_p.dcn_mesh_shape = list(exp.DCN_MESH_SHAPE)
+  names = list(EP_AXES if expert_parallel else ('replica', 'data', 'mdl'))
+  if stage_axis:
+    names.insert(0, 'stage')
+  model_p.mesh_axis_names = names
+  mesh = dict(ici_mesh_shape=model_p.ici_mesh_shape,
+              dcn_mesh_shape=model_p.dcn_mesh_shape, mesh_axis_names=names)
+  lm_cls = pax_fiddle.get_callable(lm_p)
+  if expert_parallel:
+    lm_p = lm_cls.set_custom_sharding_params(
+        lm_p, **mesh,
+        **_expert_parallel_shardings(exp.TRAINING_OPTIMIZED_SHARDING))
+  else:
+    lm_p = lm_cls.set_sharding_params_v1(
+        lm_p, replica_axis='replica', data_axis='data', mdl_axis='mdl',
+        training_optimized=exp.TRAINING_OPTIMIZED_SHARDING, **mesh)
+  model_p.lm_tpl = lm_p
+  batch = tuple(n for n in names if n != 'mdl')
+  task_p.train.inputs_split_mapping = py_utils.NestedMap(
+      map_1d=(batch,), map_2d=(batch, None))
+  if getattr(exp, 'USE_ROPE', False):
+    _layer(task_p).tr_atten_tpl.use_rotary_position_emb = True
+    lm_p.position_emb_tpl = None
+  return task_p
+
+
+class GLaM64B64EProxy(NVIDIA1_3B):
+  """8 layers of a 143B GLaM (64 experts every other layer), 8x16 A100-40G.
+
+  Not registered, as in Pax.
+  """
+
+  NUM_GPUS = 128
+  NUM_LAYERS = 8
+  NUM_HEADS = 64
+  DIMS_PER_HEAD = 128
+  MODEL_DIMS = 8192
+  HIDDEN_DIMS = 32768
+  NUM_EXPERTS = 64
+  NUM_GROUPS = NUM_GPUS
+  ICI_MESH_SHAPE = [1, NUM_GPUS, 1]
+  DCN_MESH_SHAPE = None
+  EXPERT_PARALLEL = False
+
+  def task(self) -> TaskConfig:
+    with _FoldedExpertMesh(self, self.EXPERT_PARALLEL):
+      task_p = super().task()
+    lm_p = glam.GlamUniTransformerLmHParams(name='glam_lm',
+                                            **_moe_lm_kwargs(self))
+    return _moe_task(self, task_p, lm_p, expert_parallel=self.EXPERT_PARALLEL)
+
+
+@experiment_registry.register
+class GLaM64B64EProxy_EP(GLaM64B64EProxy):
+  """GLaM64B64EProxy with 8 experts split over a `data_expert` mesh axis."""
+
+  NUM_EXPERTS = 8
+  ICI_MESH_SHAPE = [1, 16, 8, 1]
+  EXPERT_PARALLEL = True
+
+
+@experiment_registry.register
+class Grok_Proxy(NVIDIA1_3B):
+  """16 layers of Grok-1 (8 experts in every layer, GQA, RoPE), 8x8 GPUs."""
+
+  NUM_GPUS = 64
+  USE_REPEATED_LAYER = True
+  NUM_LAYERS = 16
+  NUM_HEADS = 48
+  NUM_KV_HEADS = 8
+  DIMS_PER_HEAD = 128
+  CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_QKV_OUT_PROJ
+  MODEL_DIMS = 6144
+  HIDDEN_DIMS = 32768
+  COMBINE_QKV = False
+  PERCORE_BATCH_SIZE = 1
+  MAX_SEQ_LEN = 8192
+  VOCAB_SIZE = 131072
+  USE_FP8 = False
+  NUM_EXPERTS = 8
+  NUM_GROUPS = 64
+  MAX_STEPS = 10
+  # Pax fixes the meshes by USE_EXPERT_PARALLEL at class creation: to turn
+  # it off, give 3-axis meshes too (e.g. [1, 8, 1] and [1, 8, 1]).
+  USE_EXPERT_PARALLEL = True
+  ICI_MESH_SHAPE = [1, 1, 8, 1]  # replica, data, data_expert, mdl
+  DCN_MESH_SHAPE = [1, 8, 1, 1]
+  USE_ROPE = True
+
+  def task(self) -> TaskConfig:
+    with _FoldedExpertMesh(self, self.USE_EXPERT_PARALLEL):
+      task_p = super().task()
+    task_p.train.num_train_steps = self.MAX_STEPS
+    return _moe_task(self, task_p, _grok_lm(self),
+                     expert_parallel=self.USE_EXPERT_PARALLEL)
+
+
+@experiment_registry.register
+class Grok(Grok_Proxy):
+  """Grok-1: 64 layers, 8 experts in each, over 32x8 GPUs."""
+
+  NUM_GPUS = 256
+  NUM_LAYERS = 64
+  NUM_GROUPS = 256
+  DCN_MESH_SHAPE = [1, 32, 1, 1]
+
+
+@experiment_registry.register
+class Grok_Proxy_PP(NVIDIA5B):
+  """Grok_Proxy pipelined over 8 stages (one per node of 8 GPUs)."""
+
+  NUM_STAGES = 8
+  NUM_GPUS = 64
+  USE_REPEATED_LAYER = False
+  NUM_LAYERS = 16
+  NUM_HEADS = 48
+  NUM_KV_HEADS = 8
+  DIMS_PER_HEAD = 128
+  CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_QKV_OUT_PROJ
+  MODEL_DIMS = 6144
+  HIDDEN_DIMS = 32768
+  COMBINE_QKV = False
+  MAX_SEQ_LEN = 8192
+  USE_FP8 = False
+  VOCAB_SIZE = 131072
+  NUM_MICROBATCHES = 32
+  MICROBATCH_SIZE = 8
+  PERCORE_BATCH_SIZE = 1
+  NUM_EXPERTS = 8
+  NUM_GROUPS = 8
+  MAX_STEPS = 10
+  USE_EXPERT_PARALLEL = True
+  # stage, replica, data, data_expert, mdl (without EP: no data_expert).
+  ICI_MESH_SHAPE = [1, 1, 1, 8, 1]
+  DCN_MESH_SHAPE = [NUM_STAGES, 1, 8, 1, 1]
+  MESH_AXIS_NAMES = ['stage', *EP_AXES]
+  USE_ROPE = True
+
+  def task(self) -> TaskConfig:
+    with _FoldedExpertMesh(self, self.USE_EXPERT_PARALLEL):
+      task_p = super().task()  # Checks stages, microbatches, meshes.
+    task_p.train.num_train_steps = self.MAX_STEPS
+    lm_p = _grok_lm(self, num_pipeline_stages=self.NUM_STAGES,
+                    num_pipeline_microbatches=self.NUM_MICROBATCHES)
+    task_p = _moe_task(self, task_p, lm_p, stage_axis=True,
+                       expert_parallel=self.USE_EXPERT_PARALLEL)
+    # Embedding and softmax data-parallel over every axis but mdl.
+    batch = task_p.train.inputs_split_mapping.map_1d[0]
+    self._shard_embedding(lm_p, batch)
+    pipeline_p = lm_p.stacked_transformer_tpl
+    pipeline_p.weight_split_dims_mapping.stages = ['stage']
+    pipeline_p.activation_split_dims_mapping.final_out = [batch, None, 'mdl']
+    task_p.train.always_use_train_for_model_init = False
+    task_p.model.report_strict_acc = True
+    return task_p
+
+
+@experiment_registry.register
+class Grok_PP(Grok_Proxy_PP):
+  """Grok-1 (64 layers) pipelined over 8 stages."""
+
+  NUM_LAYERS = 64
+
+
+@experiment_registry.register
+class NVIDIA_CIRCULAR_REPEAT(c4.TransformerLmSpmdPipelineAdam,
+                             lm_cloud.SyntheticDataset):
+  """A 32-layer GPT in a circular pipeline: 8 stages, each run 4 times.
+
+  Unlike the other recipes, Pax's plain pipelined-Adam settings (no NVIDIA
+  optimizer, init or fused-kernel switches).
+  """
+
+  CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_DOT_ONLY
+  USE_REPEATED_LAYER = False
+  DCN_MESH_SHAPE = [1, 1, 1, 1]
+  ICI_MESH_SHAPE = [8, 1, 1, 1]
+  NUM_STAGES = 8
+  NUM_MICROBATCHES = 8
+  PERCORE_BATCH_SIZE = 1
+  CIRCULAR_REPEAT = 4
+  MAX_STEPS = 2000
+  NUM_LAYERS = 32
+  NUM_HEADS = 32
+  MODEL_DIMS = 4096
+  HIDDEN_DIMS = 16384
+  DIMS_PER_HEAD = 128
+  INIT_STD = 0.01
+  SOFTMAX_INIT_STD = 0.01
+  LEARNING_RATE = 1.6e-4
+  LR_COS_WARMUP = 115
+  LR_COS_DECAY_START = LR_COS_WARMUP + 1
+  LR_COS_DECAY_END = 62500
+  CHECKPOINT_EVERY_N_STEPS = 250
+  SUMMARY_INTERVAL_STEPS = 10
+
+  def task(self) -> TaskConfig:
+    task_p = super().task()
+    task_p.summary_verbosity = 0
+    return task_p
+
+
 # Sizes of a recipe on a CPU: `shrunk` sets these (and 1-device meshes).
 TINY = dict(NUM_LAYERS=2, MODEL_DIMS=64, HIDDEN_DIMS=128, NUM_HEADS=4,
             DIMS_PER_HEAD=16, NUM_KV_HEADS=2, MAX_SEQ_LEN=32,
@@ -419,11 +704,13 @@ def shrunk(exp_cls: type[Any], **overrides: Any) -> type[Any]:
   attrs['ICI_MESH_SHAPE'] = [1] * len(exp_cls.ICI_MESH_SHAPE)
   if pipelined:
     attrs['ICI_MESH_SHAPE'][0] = 2
-  attrs['DCN_MESH_SHAPE'] = [1] * len(exp_cls.DCN_MESH_SHAPE)
+  if exp_cls.DCN_MESH_SHAPE is not None:
+    attrs['DCN_MESH_SHAPE'] = [1] * len(exp_cls.DCN_MESH_SHAPE)
   attrs.update(overrides)
   return type(f'{exp_cls.__name__}Tiny', (exp_cls,), attrs)
 
 
 __all__ = [name for name, value in list(globals().items())
            if isinstance(value, type) and issubclass(value, _NvidiaRecipe)
-           and value is not _NvidiaRecipe] + ['shrunk', 'TINY']
+           and value is not _NvidiaRecipe] + [
+               'NVIDIA_CIRCULAR_REPEAT', 'shrunk', 'TINY']

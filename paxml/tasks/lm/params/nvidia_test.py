@@ -38,13 +38,21 @@ def _count(variables) -> int:
 class RecipesTest(parameterized.TestCase):
 
   def test_every_recipe_is_registered_under_paxs_name(self):
-    self.assertLen(_RECIPES, 16)
+    self.assertLen(_RECIPES, 23)
     for name in _RECIPES:
+      task_p = getattr(nvidia, name)().task()  # Full size (configs only).
+      if name == 'GLaM64B64EProxy':  # As in Pax, not registered.
+        self.assertNotIn(
+            nvidia.GLaM64B64EProxy,
+            experiment_registry._ExperimentRegistryHelper._registry.values())
+        continue
       cls = experiment_registry.get(f'tasks.lm.params.nvidia.{name}')
       self.assertIs(cls, getattr(nvidia, name))
-      task_p = cls().task()  # Builds at full size (configs only).
       optimizer = task_p.train.learner.optimizer
-      self.assertEqual(optimizer.learning_rate, 6e-4)
+      self.assertEqual(optimizer.learning_rate,
+                       1.6e-4 if name == 'NVIDIA_CIRCULAR_REPEAT' else 6e-4)
+      if name == 'NVIDIA_CIRCULAR_REPEAT':
+        continue
       self.assertEqual(task_p.train.learner.loss_name, 'total_loss')
 
   @parameterized.parameters(
@@ -93,6 +101,60 @@ class RecipesTest(parameterized.TestCase):
     biases = (n * h + 2 * k * h + d) + (2 * f + d)  # Attention, feed-forward.
     norms = 2 * d  # Two RMSNorm scales per layer.
     self.assertEqual(count, 2 * (weights + biases + norms) + d + v * d + v)
+
+
+class MoERecipesTest(parameterized.TestCase):
+  """GLaM and Grok: meshes with a data_expert axis, their weights by hand."""
+
+  @parameterized.parameters(
+      ('GLaM64B64EProxy', ['replica', 'data', 'mdl'], [1, 128, 1]),
+      ('GLaM64B64EProxy_EP', ['replica', 'data', 'data_expert', 'mdl'],
+       [1, 16, 8, 1]),
+      ('Grok', ['replica', 'data', 'data_expert', 'mdl'], [1, 1, 8, 1]),
+      ('Grok_PP', ['stage', 'replica', 'data', 'data_expert', 'mdl'],
+       [1, 1, 1, 8, 1]),
+  )
+  def test_meshes(self, name, axes, ici):
+    task_p = getattr(nvidia, name)().task()
+    self.assertEqual(task_p.model.mesh_axis_names, axes)
+    self.assertEqual(task_p.model.ici_mesh_shape, ici)
+    batch = tuple(a for a in axes if a != 'mdl')
+    self.assertEqual(task_p.train.inputs_split_mapping.map_1d, (batch,))
+
+  def test_grok_layers(self):
+    task_p = nvidia.Grok_PP().task()
+    self.assertEqual(
+        task_p.model.lm_tpl.stacked_transformer_tpl.num_pipeline_stages, 8)
+    atten_p = nvidia._layer(task_p).tr_atten_tpl
+    self.assertTrue(atten_p.use_rotary_position_emb)
+    self.assertEqual(atten_p.num_kv_heads, 8)
+    self.assertIsNone(task_p.model.lm_tpl.position_emb_tpl)
+
+  def test_shrunk_glam_weights(self):
+    variables = _variables(nvidia.shrunk(nvidia.GLaM64B64EProxy_EP)())
+    d, f, e, n, v = 64, 128, 2, 4, 128
+    # One repeated block: an MoE layer (router, experts' wi and wo), then a
+    # dense gated layer; each with 4 bias-free D x D attention projections,
+    # a relative-position bias (32 buckets per head) and 2 RMSNorm scales.
+    moe = d * e + 2 * e * d * f
+    dense = 3 * d * f
+    common = 4 * d * d + n * 32 + 2 * d
+    self.assertEqual(_count(variables),
+                     moe + dense + 2 * common + d + v * d)
+    wi = variables['params']['lm']['transformer']['repeat']['sub'][
+        'x_layers_0']['ff_layer']['wi_0']
+    self.assertEqual(wi.tensor_split_dims_mapping,
+                     ['data_expert', 'data', 'mdl'])
+
+  def test_shrunk_grok_weights(self):
+    variables = _variables(nvidia.shrunk(nvidia.Grok_Proxy)())
+    d, f, e, n, k, h, v = 64, 128, 2, 4, 2, 16, 128
+    # Every layer MoE with gated experts; multi-query attention with
+    # biased projections (K key/value heads); 2 RMSNorm scales.
+    moe = d * e + 3 * e * d * f
+    atten = 2 * (d * n * h + n * h) + 2 * (d * k * h + k * h) - n * h + d
+    self.assertEqual(_count(variables),
+                     2 * (moe + atten + 2 * d) + d + v * d)
 
 
 class TinyTrainingTest(parameterized.TestCase):
