@@ -8,7 +8,8 @@ Public names:
   math: per_dim_scale, cap_logits, softmax_with_extra_logit,
     relative_position_bucket, causal_depthwise_conv1d, dot_product_attention;
   layers: PerDimScale, RelativeBias, AttentionProjection,
-    CombinedQKVProjectionLayer, CausalDepthwiseConv1D, DotProductAttention.
+    CombinedQKVProjectionLayer, CausalDepthwiseConv1D, DotProductAttention,
+    DotProductAttentionWithLPB (lazy prefix broadcast, in _attention_lpb).
 
 The attention math lives in `dot_product_attention`, a function the layers
 call (as flax's `MultiHeadDotProductAttention` calls its function): einsums
@@ -1127,9 +1128,10 @@ class DotProductAttention(base_layer.BaseLayer):
   def lazy_broadcast_prefix(
       self, num_suffix_samples: int, suffix_length: int
   ) -> None:
-    """Not supported (upstream's DotProductAttentionWithLPB is not provided)."""
+    """Not supported here: use DotProductAttentionWithLPB."""
     raise NotImplementedError(
-        f'{_where(self)}: lazy_broadcast_prefix is not supported.'
+        f'{_where(self)}: lazy_broadcast_prefix needs '
+        'DotProductAttentionWithLPB.'
     )
 
   def right_align_decode_state_with_prefix(
@@ -1160,9 +1162,14 @@ create_relative_positional_embedding = (
 DotProductAttentionXL = _attention_xl.DotProductAttentionXL
 LocalSelfAttentionXL = _attention_xl.LocalSelfAttentionXL
 
+# Lazy prefix broadcast for multi-sample decoding.
+from praxis.layers import _attention_lpb  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+DotProductAttentionWithLPB = _attention_lpb.DotProductAttentionWithLPB
+
 # Shown (repr, model_params.txt, pickles) under this module, as in Pax.
 for _cls in (LocalSelfAttention, LocalSelfAttentionRelativeBias,
              LocalSelfAttentionAlibi, DotProductAttentionXL,
-             LocalSelfAttentionXL):
+             LocalSelfAttentionXL, DotProductAttentionWithLPB):
   _cls.__module__ = __name__
 del _cls
