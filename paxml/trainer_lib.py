@@ -41,6 +41,7 @@ from flax import struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from paxml import _summary_trees
 from paxml import _trainer_setup
 from paxml import checkpoint_types
 from paxml import learners as learners_lib
@@ -350,12 +351,10 @@ def _cast_for_fprop(fprop_dtype, mdl_vars, inputs, var_weight_hparams):
 
 
 def _flatten_summaries(tree: Any) -> dict[str, Any]:
-  """`{'a': {'b_scalar': x}}` -> `{'a/b_scalar': x}`."""
-  flat = {}
-  paths = jax.tree.leaves(trees.to_path_tree(tree))
-  for path, value in zip(paths, jax.tree.leaves(tree)):
-    flat[path] = value
-  return flat
+  """`{'a': {'b_scalar': x}}` -> `{'a/b_scalar': x}`; a repeated layer's list
+  of per-layer values becomes `a/b_0_scalar`, `a/b_1_scalar`, ... (Pax's
+  flatten_flax_summaries)."""
+  return _summary_trees.flatten_flax_summaries(tree)
 
 
 def _split_provenance(inputs: Any) -> tuple[Any, Any]:
