@@ -52,8 +52,7 @@ def install_sigterm_handler() -> bool:
     return False
   if threading.current_thread() is not threading.main_thread():
     return False
-  _received.clear()
-  _signal_name.clear()
+  clear_request()
   for signum in (signal.SIGTERM, signal.SIGINT):
     previous = signal.signal(signum, _on_signal)
     _previous.setdefault(signum, previous)
@@ -67,6 +66,12 @@ def uninstall_sigterm_handler() -> None:
   for signum, previous in list(_previous.items()):
     signal.signal(signum, previous)
     del _previous[signum]
+
+
+def clear_request() -> None:
+  """Forgets a stop request (a new run in the same process starts afresh)."""
+  _received.clear()
+  _signal_name.clear()
 
 
 def preemption_requested() -> bool:

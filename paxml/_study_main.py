@@ -53,6 +53,16 @@ def summary_table(summary: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
+class StudyStopped(BaseException):
+  """SIGTERM or Ctrl-C during a trial: the study stops, to resume later.
+
+  A BaseException, so that the trial loop, which records any Exception of a
+  trial as an infeasible trial, lets it through: the interrupted trial stays
+  unfinished in the study journal and runs again (from its checkpoint) when
+  the study resumes.
+  """
+
+
 def run_study(experiment: Any, trial_fn: Callable[..., None], *,
               job_log_dir: str, study: str | None, num_trials: int | None,
               tuner_group: str | None, controller_mode: str, mode: str,
@@ -62,19 +72,33 @@ def run_study(experiment: Any, trial_fn: Callable[..., None], *,
   from paxml import tuning_lib  # pylint: disable=g-import-not-at-top
   from etils import epath  # pylint: disable=g-import-not-at-top
 
+  from paxml import _preemption  # pylint: disable=g-import-not-at-top
+
   def failing_trial_is_infeasible(exp, work_unit, trial_dir, stop_fn):
     try:
       trial_fn(exp, work_unit, trial_dir, stop_fn)
     except Exception:  # Any failure ends this trial, never the study.
+      if _preemption.preemption_requested():
+        raise StudyStopped(_preemption.requesting_signal()) from None
       logging.exception('Trial in %s failed; it is recorded as infeasible '
                         'and the study goes on.', trial_dir)
       raise
+    if _preemption.preemption_requested():
+      raise StudyStopped(_preemption.requesting_signal())
 
-  tuning_lib.tune(
-      failing_trial_is_infeasible, experiment, None, epath.Path(job_log_dir),
-      study=study, is_metric_reporting_role=reports, tuner_group=tuner_group,
-      max_num_trials=num_trials, controller_mode=controller_mode,
-      running_mode=mode, errors_to_skip=(Exception,))
+  _preemption.clear_request()
+  try:
+    tuning_lib.tune(
+        failing_trial_is_infeasible, experiment, None,
+        epath.Path(job_log_dir), study=study,
+        is_metric_reporting_role=reports, tuner_group=tuner_group,
+        max_num_trials=num_trials, controller_mode=controller_mode,
+        running_mode=mode, errors_to_skip=(Exception,))
+  except StudyStopped as e:
+    logging.warning(
+        'Study %s stopped by %s during a trial; finished trials are kept. '
+        'Run the same command to resume it: the interrupted trial continues '
+        'from its last checkpoint.', study or '(unnamed)', e)
   path = _study_journal.summary_path(epath.Path(job_log_dir), study)
   if reports and path.exists():
     summary = json.loads(path.read_text())

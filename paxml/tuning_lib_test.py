@@ -5,6 +5,7 @@ import math
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 from absl.testing import absltest
 import pyglove as pg
 
+from paxml import _preemption
 from paxml import _study_main
 from paxml import automl
 from paxml import base_experiment
@@ -266,6 +268,37 @@ class TuneTest(absltest.TestCase):
     self.assertEqual(calls, [(1, 0.0)])
     summary = json.loads((root / 'taken_over_summary.json').read_text())
     self.assertEqual(summary['trials'][0]['status'], 'completed')
+
+  def test_sigterm_stops_the_study_and_the_trial_runs_again(self):
+    root = _tmp(self)
+    calls = []
+
+    def trial_fn(experiment, work_unit, trial_dir, stop_fn):
+      if len(calls) == 1:  # The second trial is preempted while it trains.
+        calls.append('preempted')
+        _preemption.install_sigterm_handler()
+        try:
+          os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+          _preemption.uninstall_sigterm_handler()
+        return  # As the train loop does: it saves and returns.
+      _report_loss(experiment, work_unit, trial_dir, stop_fn, calls)
+
+    def run():
+      _study_main.run_study(
+          Quadratic(), trial_fn, job_log_dir=str(root), study=None,
+          num_trials=3, tuner_group=None, controller_mode='auto',
+          mode='train', reports=True)
+
+    run()  # Stops at the second trial, without raising.
+    summary = json.loads((root / 'study_summary.json').read_text())
+    self.assertEqual([r['status'] for r in summary['trials']],
+                     ['completed', 'running'])
+    run()  # Resumes: the second trial runs again, then the third.
+    self.assertEqual(calls, [(1, 0.0), 'preempted', (1, 0.5), (2, 0.0)])
+    summary = json.loads((root / 'study_summary.json').read_text())
+    self.assertEqual([r['status'] for r in summary['trials']],
+                     ['completed'] * 3)
 
   def test_journal_of_another_experiment_is_refused(self):
     root = _tmp(self)
