@@ -26,6 +26,7 @@ normalizations are the children `layer_norm`, or `pre_layer_norm` and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -56,16 +57,23 @@ _NORM_POLICIES = ('pre', 'post', 'primer_hybrid', 'post_skip')
 # ---------------------------------------------------------------------------
 
 
-def top2_gating(logits: JTensor) -> tuple[JTensor, JTensor]:
+def top2_gating(logits: JTensor, paddings: JTensor | None = None,
+                num_groups: int = 1) -> tuple[JTensor, JTensor]:
   """Top-2 routing weights and GShard's load-balancing loss.
 
   Args:
     logits: [..., E], router logits of each token.
+    paddings: [...], 1 at padded tokens (None: no padding). Padded tokens
+      count neither as routed nor in the router probabilities, but still in
+      the number of tokens the means divide by (Pax's legacy_mtf_behavior).
+    num_groups: G, routing groups: the tokens in order, split into G equal
+      groups; the loss is the mean of the groups' losses.
 
   Returns:
     (gates [..., E]: the softmax probabilities of each token's two best
     experts, renormalized to sum to 1, zero elsewhere; aux_loss: a scalar,
-    E * sum_e(fraction of tokens routed first to e * mean probability of e)).
+    mean over groups of E * sum_e(fraction of the group's tokens routed first
+    to e * mean probability of e over the group)).
   """
   num_experts = logits.shape[-1]
   probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
@@ -73,12 +81,30 @@ def top2_gating(logits: JTensor) -> tuple[JTensor, JTensor]:
   chosen = jax.nn.one_hot(top_idx, num_experts, dtype=probs.dtype).sum(-2)
   gates = probs * chosen
   gates = gates / (jnp.sum(top_probs, axis=-1, keepdims=True) + 1e-9)
-  flat_probs = probs.reshape(-1, num_experts)
-  first = jax.nn.one_hot(top_idx[..., 0], num_experts).reshape(-1, num_experts)
-  aux_loss = num_experts * jnp.sum(
-      jnp.mean(first, axis=0) * jnp.mean(flat_probs, axis=0)
-  )
+  first = jax.nn.one_hot(top_idx[..., 0], num_experts, dtype=probs.dtype)
+  density_proxy = probs
+  if paddings is not None:
+    keep = (1.0 - paddings.astype(jnp.float32))[..., None]
+    first, density_proxy = first * keep, density_proxy * keep
+  first = first.reshape(num_groups, -1, num_experts)
+  density_proxy = density_proxy.reshape(num_groups, -1, num_experts)
+  aux_loss = num_experts * num_experts * jnp.mean(
+      jnp.mean(first, axis=1) * jnp.mean(density_proxy, axis=1))
   return gates, aux_loss
+
+
+def routing_groups(num_tokens: int, num_groups: int,
+                   min_group_size: int | None, where: str) -> int:
+  """Pax's number of routing groups for `num_tokens` tokens: `num_groups`
+  (at least 1), fewer when groups would hold under `min_group_size`."""
+  groups = max(num_groups, 1)
+  if min_group_size is not None and num_tokens / groups < min_group_size:
+    groups = (num_tokens + min_group_size - 1) // min_group_size
+  if num_tokens % groups:
+    raise ValueError(
+        f'{where}: num_groups {groups} does not divide the {num_tokens} '
+        'tokens of the inputs.')
+  return groups
 
 
 # ---------------------------------------------------------------------------
@@ -309,9 +335,11 @@ class TransformerFeedForward(base_layer.BaseLayer):
     inputs, keep = padding_keep(self, inputs, paddings)
     residual = inputs
     x = pre_norm(self, inputs)
-    hidden = self.ffn_layer1(x)
-    if self.use_gated_activation:
-      hidden = self.ffn_layer1_gate(x) * hidden
+    if self.use_gated_activation:  # The gate first, as in Pax.
+      gate = self.ffn_layer1_gate(x)
+      hidden = gate * self.ffn_layer1(x)
+    else:
+      hidden = self.ffn_layer1(x)
     hidden = checkpoint_name(hidden, 'ffn1')
     if not self.apply_padding_first and keep is not None:
       hidden = hidden * keep.astype(hidden.dtype)
@@ -356,8 +384,9 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     residual_droppath_prob: Probability of dropping the block per example.
     gating_func: 'top2' or 'dense_top2' (the same here).
     num_experts: E.
-    num_groups: Routing groups (kept for configs; routing is per token).
-    min_group_size: Kept for configs.
+    num_groups: Routing groups of the load-balancing loss (its means are
+      per group of consecutive tokens; routing itself is per token).
+    min_group_size: If set, fewer groups when they would hold fewer tokens.
     expert_capacity_dim: Kept for configs (no capacity limit).
     unadjusted_expert_capacity_factor: Kept for configs.
     expert_weight_shards: Must be 1.
@@ -470,11 +499,12 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     self._weight('wi_0', [e, d, h], d, wp.emh)
     self._weight('wo_0', [e, h, d], h, wp.ehm)
 
-  def _experts(self, x: JTensor) -> tuple[JTensor, JTensor]:
+  def _experts(self, x: JTensor, paddings: JTensor | None,
+               num_groups: int) -> tuple[JTensor, JTensor]:
     """Top-2 mixture of the experts at each token of x [..., D]."""
     logits = jnp.einsum('...m,me->...e', x, self.theta.gate)
     logits = attentions.cap_logits(logits, self.gating_logit_cap)
-    gates, aux_loss = top2_gating(logits)
+    gates, aux_loss = top2_gating(logits, paddings, num_groups)
     hidden = jnp.einsum('...m,emh->...eh', x, self.theta.wi_0)
     if self.use_gated_activation:
       gate = jnp.einsum('...m,emh->...eh', x, self.theta.wi_gate_0)
@@ -493,9 +523,17 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
   ) -> JTensor:
     """Applies the block to `inputs` [B, T, D] (paddings [B, T])."""
     del segment_ids
+    groups = routing_groups(math.prod(inputs.shape[:-1]), self.num_groups,
+                            self.min_group_size,
+                            f'TransformerFeedForwardMoe ({self.name})')
+    return self._forward(inputs, paddings, groups)
+
+  def _forward(self, inputs: JTensor, paddings: JTensor | None,
+               groups: int) -> JTensor:
     inputs, keep = padding_keep(self, inputs, paddings)
     residual = inputs
-    outputs, aux_loss = self._experts(pre_norm(self, inputs))
+    outputs, aux_loss = self._experts(pre_norm(self, inputs), paddings,
+                                      groups)
     if keep is not None:
       outputs = outputs * keep.astype(outputs.dtype)
     outputs = finish_branch(self, residual, outputs)
@@ -506,6 +544,7 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     return outputs
 
   def extend_step(self, inputs: JTensor, *, time_step: JTensor) -> JTensor:
-    """One decoding step: the block on `inputs` [B, D]."""
+    """One decoding step: the block on `inputs` [B, D] (one routing group:
+    the load-balancing loss is not used in decoding)."""
     del time_step
-    return self(inputs)
+    return self._forward(inputs, None, 1)
