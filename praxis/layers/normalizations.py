@@ -208,7 +208,8 @@ def _check_dim(layer: BaseNormalization) -> None:
 
 
 def _check_last_dim(layer: BaseNormalization, inputs: JTensor) -> None:
-  if inputs.shape[-1] != layer.dim:
+  # A last dim of 1 broadcasts against the [dim] variables, as in Pax.
+  if inputs.shape[-1] not in (layer.dim, 1):
     raise ValueError(
         f'{type(layer).__name__} {layer.name!r}: inputs of shape '
         f'{inputs.shape} do not end in `dim`={layer.dim}.'

@@ -39,8 +39,9 @@ class OverflowLimits:
 
 
 def _log_overflow(class_name, name, max_val, min_val):
-  logging.warning('Overflow in: %s, %s, max_val: %s, min_val: %s',
-                  class_name, name, max_val, min_val)
+  # Formatted here (not lazily): callers match the record's `msg`, as Pax's.
+  logging.warning(f'Overflow in: {class_name}, {name}, max_val: {max_val}, '  # pylint: disable=logging-fstring-interpolation
+                  f'min_val: {min_val}')
 
 
 class OverflowChecker(base_layer.BaseLayer):
