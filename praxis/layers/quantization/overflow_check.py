@@ -40,8 +40,9 @@ class OverflowLimits:
 
 def _log_overflow(class_name, name, max_val, min_val):
   # Formatted here (not lazily): callers match the record's `msg`, as Pax's.
-  logging.warning(f'Overflow in: {class_name}, {name}, max_val: {max_val}, '  # pylint: disable=logging-fstring-interpolation
-                  f'min_val: {min_val}')
+  message = (f'Overflow in: {class_name}, {name}, max_val: {max_val}, '
+             f'min_val: {min_val}')
+  logging.warning(message)
 
 
 class OverflowChecker(base_layer.BaseLayer):
