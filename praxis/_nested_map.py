@@ -26,6 +26,7 @@ Example:
   [('sub.y[0]', 2), ('sub.y[1]', 3), ('x', 1)]
 """
 
+import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any, Self
@@ -211,6 +212,38 @@ class NestedMap(dict):
       items = [NestedMap.FromNestedDict(v) for v in x]
       return type(x)(*items) if hasattr(x, '_fields') else type(x)(items)
     return x
+
+  @staticmethod
+  def FromNestedDataclass(x: Any) -> 'NestedMap':
+    """A dataclass instance as a NestedMap of its fields (nested ones too).
+
+    Dataclass fields become NestedMaps; dicts, lists and tuples are handled
+    as in FromNestedDict; the leaves are shared, not copied.
+
+    Args:
+      x: a dataclass instance.
+
+    Returns:
+      A NestedMap with one entry per field of `x`.
+    """
+    if not dataclasses.is_dataclass(x) or isinstance(x, type):
+      raise ValueError(f'FromNestedDataclass: expected a dataclass instance, '
+                       f'got {type(x)}.')
+
+    def convert(v: Any) -> Any:
+      if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return NestedMap({f.name: convert(getattr(v, f.name))
+                          for f in dataclasses.fields(v)})
+      if isinstance(v, dict):
+        return NestedMap({k: convert(u) for k, u in v.items()})
+      if isinstance(v, list):
+        return [convert(u) for u in v]
+      if isinstance(v, tuple):
+        items = [convert(u) for u in v]
+        return type(v)(*items) if hasattr(v, '_fields') else type(v)(items)
+      return v
+
+    return convert(x)
 
   def ToNestedDict(self) -> dict[str, Any]:
     """Returns a copy in which every NestedMap (and dict) is a plain dict."""

@@ -1,9 +1,10 @@
 """Tests for praxis.py_utils (NestedMap included)."""
 
 import copy
+import dataclasses
 import pickle
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -123,6 +124,30 @@ class NestedMapBasicsTest(parameterized.TestCase):
     self.assertIs(type(back['a']['b'][0]), dict)
     self.assertIs(type(back['p'].second), dict)
     self.assertEqual(NestedMap.FromNestedDict(7), 7)
+
+  def test_from_nested_dataclass(self):
+
+    @dataclasses.dataclass
+    class Inner:
+      ids: Any
+      extra: dict[str, Any]
+
+    @dataclasses.dataclass(slots=True)
+    class Outer:
+      x: Any
+      inner: Inner
+
+    leaf = np.arange(3)
+    m = NestedMap.FromNestedDataclass(
+        Outer(x=leaf, inner=Inner(ids=[1, 2], extra={'w': 5})))
+    self.assertIsInstance(m, NestedMap)
+    self.assertIsInstance(m.inner, NestedMap)
+    self.assertIsInstance(m.inner.extra, NestedMap)
+    self.assertIs(m.x, leaf)  # Leaves are shared, not copied.
+    self.assertEqual(m.inner.ids, [1, 2])
+    self.assertEqual(m.inner.extra.w, 5)
+    with self.assertRaisesRegex(ValueError, 'dataclass instance'):
+      NestedMap.FromNestedDataclass({'a': 1})
 
   def test_pickle_round_trip(self):
     m = _sample_map()
