@@ -772,3 +772,16 @@ class BertModel(base_model.BaseModel):
                             predicted_labels=predicted,
                             augmented_labels=predictions.augmented_labels)
     return metrics, per_example
+
+
+# Direct preference optimisation models (see _dpo).
+from praxis.layers import _dpo  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+Labels = _dpo.Labels
+DPOExampleHalf = _dpo.DPOExampleHalf
+DPOExample = _dpo.DPOExample
+DPOExampleHalfSeq2Seq = _dpo.DPOExampleHalfSeq2Seq
+DPOExampleSeq2Seq = _dpo.DPOExampleSeq2Seq
+compute_dpo_loss_helper = _dpo.compute_dpo_loss_helper
+LanguageModelDPO = _dpo.LanguageModelDPO
+SequenceModelDPO = _dpo.SequenceModelDPO
