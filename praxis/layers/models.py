@@ -25,7 +25,6 @@ names (greedy, sampling, beam search):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import fiddle as fdl
@@ -36,13 +35,13 @@ import numpy as np
 from praxis import base_input
 from praxis import base_layer
 from praxis import base_model
-from praxis import beam_search
 from praxis import decoder_hparams
 from praxis import decoder_utils
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
 from praxis import sample_decode
+from praxis.layers import _lm_decode
 from praxis.layers import classification_models
 from praxis.layers import embedding_softmax
 from praxis.layers import transformer_models
@@ -81,11 +80,7 @@ def add_hist(layer: base_layer.BaseLayer, name: str, expression: JTensor,
                     verbosity=verbosity)
 
 
-def _require(input_batch: NestedMap, keys: Sequence[str], where: str) -> None:
-  missing = [k for k in keys if k not in input_batch]
-  if missing:
-    raise ValueError(f'{where}: the input batch lacks {missing} (it has '
-                     f'{sorted(input_batch)}).')
+_require = _lm_decode.require
 
 
 def _token_weights(input_batch: NestedMap, apply_eval_sample_weights: bool
@@ -157,161 +152,6 @@ def compute_xent_loss_helper(
   if apply_eval_sample_weights:
     per_example.eval_sample_weights = input_batch.eval_sample_weights
   return metrics, per_example
-
-
-def _check_decoder_params(p: DecoderHParams, where: str) -> None:
-  """Rejects decoding features this implementation does not have."""
-  if not isinstance(p, DecoderHParams):
-    raise TypeError(f'{where}: decoder_tpl must be a DecoderHParams, got '
-                    f'{type(p).__name__}.')
-  if p.seqlen <= 0 and not p.fprop_for_prefix:
-    raise ValueError(f'{where}: set decoder_tpl.seqlen > 0, got {p.seqlen}.')
-  unsupported = ['lazy_prefix_broadcast', 'num_cache_slots',
-                 'controlled_decoding', 'vanilla_sample_decode']
-  for name in unsupported:
-    if getattr(p, name, None):
-      raise NotImplementedError(f'{where}: decoder_tpl.{name} is not '
-                                'supported.')
-  if isinstance(p, FlatBeamSearchHParams):
-    raise NotImplementedError(f'{where}: flat beam search is not supported.')
-  if (isinstance(p, BeamSearchHParams) or p.fprop_for_prefix) and (
-      p.max_decode_steps is None):
-    raise ValueError(f'{where}: fprop_for_prefix and beam search need '
-                     'decoder_tpl.max_decode_steps.')
-  if isinstance(p, BeamSearchHParams) and not p.fprop_for_prefix:
-    raise ValueError(f'{where}: beam search needs fprop_for_prefix=True.')
-
-
-def _prepare_decode_data(input_batch: NestedMap, p: DecoderHParams,
-                         model_type: LanguageModelType, fprop_dtype: Any
-                         ) -> NestedMap:
-  """What the decoding loops need: prefixes, lengths and the fprop inputs."""
-  ids = input_batch.ids
-  b, max_prefix_len = ids.shape
-  if 'prefix_lengths' in input_batch:
-    prefix_lengths = input_batch.prefix_lengths.astype(jnp.int32)
-  elif model_type == LanguageModelType.PREFIX:
-    _require(input_batch, ['inputs_indicator'], 'PREFIX LanguageModel.decode')
-    prefix_lengths = jnp.sum(input_batch.inputs_indicator.astype(jnp.int32), 1)
-  else:
-    prefix_lengths = jnp.sum(1 - input_batch.paddings.astype(jnp.int32), 1)
-  causal = None
-  if model_type == LanguageModelType.PREFIX:
-    causal = (jnp.arange(max_prefix_len)[None, :] >= prefix_lengths[:, None]
-              ).astype(jnp.int32)
-  d = NestedMap(prefix_lengths=prefix_lengths, extra_input_kwargs={},
-                max_prefix_len=max_prefix_len)
-  if p.use_extra_input_kwargs:
-    d.extra_input_kwargs = dict(input_batch.get('extra_input_kwargs', {}))
-  if p.fprop_for_prefix:
-    steps = p.max_decode_steps
-    steps = max(steps) if isinstance(steps, Sequence) else steps
-    d.seqlen = max_prefix_len + steps
-    d.start_time_step = max_prefix_len - 1
-    d.fprop_input_ids, d.fprop_input_paddings = (
-        sample_decode.right_align_prefix_ids(ids, prefix_lengths,
-                                             fprop_dtype))
-    d.fprop_segment_pos = sample_decode.right_align_segment_position(
-        prefix_lengths, max_prefix_len)
-    d.fprop_segment_ids = (1 - d.fprop_input_paddings).astype(jnp.int32)
-    d.input_ids = jnp.pad(d.fprop_input_ids, [(0, 0), (0, steps)])
-    d.input_paddings = jnp.pad(d.fprop_input_paddings, [(0, 0), (0, steps)],
-                               constant_values=1.0)
-    d.causal_attention_mask = None if causal is None else (
-        decoder_utils.right_align_tensors(causal, prefix_lengths))
-  else:
-    d.seqlen = p.seqlen
-    d.start_time_step = 0
-    d.input_ids, d.input_paddings = ids, input_batch.paddings
-    d.fprop_input_ids = jnp.zeros((b, 1), ids.dtype)
-    d.fprop_input_paddings = jnp.ones((b, 1), fprop_dtype)
-    d.fprop_segment_ids = d.fprop_segment_pos = None
-    d.causal_attention_mask = None
-  return d
-
-
-def _next_token_sampler(p: SampleDecoderHParams, input_batch: NestedMap
-                        ) -> Any:
-  """The configured sampler, with k, p, ... copied in if asked."""
-  sampler_p = p.next_token_sampler_tpl.clone()
-  if p.override_next_token_sampler_params:
-    sampler_p.top_k = p.k
-    sampler_p.top_p = p.p
-    sampler_p.global_normalize = p.global_normalize
-    sampler_p.top_k_recall_target = p.top_k_recall_target
-    sampler_p.use_top_k_for_logprobs = p.use_top_k_for_logprobs
-  cls = fdl.get_callable(sampler_p)
-  return base_layer.instantiate(
-      sampler_p, **cls.get_extra_kwargs(input_batch, p.num_samples))
-
-
-def _lm_extend_step(mdl: base_layer.BaseLayer, ids: JTensor,
-                    segment_pos: JTensor) -> JTensor:
-  return mdl.extend_step(ids, segment_pos=segment_pos).logits
-
-
-def _transform_state(mdl: base_layer.BaseLayer, fn: Any) -> None:
-  mdl.transform_decode_state(fn)
-
-
-def _decode_lm(lm: base_layer.BaseLayer, p: DecoderHParams, d: NestedMap,
-               input_batch: NestedMap) -> NestedMap:
-  """Runs the decoding algorithm of `p` on the TransformerLm `lm`."""
-
-  def fprop_fn(mdl, ids, paddings):
-    del ids, paddings
-    mdl(d.fprop_input_ids, d.fprop_input_paddings,
-        segment_ids=d.fprop_segment_ids, segment_pos=d.fprop_segment_pos,
-        start_time_step=d.start_time_step,
-        causal_attention_mask=d.causal_attention_mask, **d.extra_input_kwargs)
-
-  common = {
-      'max_prefix_len': d.max_prefix_len,
-      'max_decode_steps': p.max_decode_steps,
-      'prefix_lengths': d.prefix_lengths,
-      'min_decode_steps': p.min_decode_steps,
-      'decode_loop_mesh_axes_transpose': p.decode_loop_mesh_axes_transpose,
-      'process_result_fn': p.process_result_fn,
-  }
-  if isinstance(p, BeamSearchHParams):
-    return beam_search.beam_search(
-        lm, _lm_extend_step, fprop_fn, _transform_state, d.fprop_input_ids,
-        d.fprop_input_paddings, p,
-        decode_loop_mesh_axes_transpose=p.decode_loop_mesh_axes_transpose,
-        process_result_fn=p.process_result_fn)
-  if isinstance(p, SampleDecoderHParams):
-    get = input_batch.get
-    return sample_decode.sample_decode(
-        lm, _lm_extend_step, _transform_state, None,
-        _next_token_sampler(p, input_batch), d.input_ids, d.input_paddings,
-        d.seqlen, num_samples=p.num_samples, fprop_fn=fprop_fn,
-        fprop_for_prefix=p.fprop_for_prefix,
-        temperature=get('temperature', p.temperature),
-        gumbel_prng_key=get('gumbel_prng_key'),
-        per_example_top_p=get('per_example_top_p'),
-        per_example_top_k=get('per_example_top_k'),
-        per_example_max_decode_steps=get('per_example_max_decode_steps'),
-        eos_id=get('eos_id', p.eos_id), sort_samples=p.sort_samples,
-        early_exit=p.early_exit,
-        cf_guidance_scale=get('cf_guidance_scale', p.cf_guidance_scale),
-        top_k_recall_target=p.top_k_recall_target,
-        use_top_k_for_logprobs=p.use_top_k_for_logprobs,
-        return_entropy_score='return_entropy_score' in input_batch,
-        optimize_eos=p.optimize_eos, sample_constraint=_instance_or_none(
-            p.sample_constraint),
-        enforce_sample_constraints=get('enforce_sample_constraints'),
-        num_per_token_logprobs=get('num_per_token_logprobs'), **common)
-  return sample_decode.greedy_decode(
-      lm, _lm_extend_step, d.input_ids, d.input_paddings, d.seqlen,
-      fprop_fn=fprop_fn, fprop_for_prefix=p.fprop_for_prefix,
-      transform_state_fn=_transform_state, eos_id=p.eos_id, **common)
-
-
-def _instance_or_none(tpl: Any) -> Any:
-  """A sample constraint given as a config, instantiated (None stays)."""
-  if tpl is None or not isinstance(tpl, pax_fiddle.Config):
-    return tpl
-  return base_layer.instantiate(tpl)
 
 
 def _first_sample(x: np.ndarray, ndim: int) -> np.ndarray:
@@ -409,15 +249,19 @@ class LanguageModel(base_model.BaseModel):
     for sampling).
 
     Args:
-      decoder_params: GreedyDecoderHParams, SampleDecoderHParams or
-        BeamSearchHParams.
+      decoder_params: GreedyDecoderHParams, SampleDecoderHParams (also
+        vanilla_sample_decode), BeamSearchHParams or FlatBeamSearchHParams;
+        lazy_prefix_broadcast needs attention layers that support it (e.g.
+        attentions.DotProductAttentionWithLPB) and the prefix_decoder_cache
+        collection mutable (see _lm_decode).
       input_batch: `ids` [B, P], `paddings` [B, P]; optional
         `prefix_lengths` [B] (default: the unpadded lengths, or the sums of
         `inputs_indicator` for a PREFIX LM), `temperature` [B],
         `per_example_max_decode_steps`, `per_example_top_p`,
         `per_example_top_k`, `eos_id`, `gumbel_prng_key`.
-      result_callback: Not supported (must be None).
-      return_result_for_suffix_score: Not supported (must be False).
+      result_callback: Streams the sampled (or greedy) tokens (see
+        sample_decode.sample_decode).
+      return_result_for_suffix_score: Sampling returns its raw loop state.
 
     Returns:
       (metrics {num_decoded}, results, {}): results has output_ids
@@ -426,18 +270,19 @@ class LanguageModel(base_model.BaseModel):
       [B, n, seqlen], prefix_ids (and scores for beam search), plus the
       input batch's own entries.
     """
-    if result_callback is not None or return_result_for_suffix_score:
-      raise NotImplementedError(f'{self._where}: streaming and suffix '
-                                'scoring are not supported.')
-    _check_decoder_params(decoder_params, self._where)
+    _lm_decode.check_decoder_params(decoder_params, self._where)
     _require(input_batch, ['ids', 'paddings'], self._where)
     model_type = LanguageModelType(self.model_type)
     if model_type == LanguageModelType.BIDIRECTIONAL:
       raise NotImplementedError(f'{self._where}: a BIDIRECTIONAL LM cannot '
                                 'decode.')
-    data = _prepare_decode_data(input_batch, decoder_params, model_type,
-                                self.fprop_dtype)
-    result = _decode_lm(self.lm, decoder_params, data, input_batch)
+    data = _lm_decode.prepare_decode_data(input_batch, decoder_params,
+                                          model_type, self.fprop_dtype)
+    result = _lm_decode.decode_lm(
+        self.lm, decoder_params, data, input_batch,
+        fprop_dtype=self.fprop_dtype, where=self._where,
+        result_callback=result_callback,
+        suffix_score=return_result_for_suffix_score)
     result.update(input_batch)
     if 'eval_sample_weights' in result:
       num_decoded = jnp.sum(result.eval_sample_weights).astype(jnp.float32)
@@ -576,7 +421,7 @@ class SequenceModel(base_model.BaseModel):
     """
     p = decoder_params
     where = f'SequenceModel ({self.name})'
-    _check_decoder_params(p, where)
+    _lm_decode.check_decoder_params(p, where, language_model=False)
     if isinstance(p, BeamSearchHParams) or p.fprop_for_prefix:
       raise NotImplementedError(f'{where}: only greedy and sample decoding '
                                 'without fprop_for_prefix are supported.')
@@ -604,7 +449,7 @@ class SequenceModel(base_model.BaseModel):
     if isinstance(p, SampleDecoderHParams):
       result = sample_decode.sample_decode(
           self, extend_step_fn, transform_fn, None,
-          _next_token_sampler(p, input_batch), tgt.ids, tgt.paddings,
+          _lm_decode.next_token_sampler(p, input_batch), tgt.ids, tgt.paddings,
           p.seqlen, num_samples=p.num_samples, temperature=p.temperature,
           sort_samples=p.sort_samples, **common)
     else:

@@ -288,7 +288,7 @@ class LanguageModelDecodeTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'fprop_for_prefix'):
       decode(decoder_hparams.BeamSearchHParams(eos_id=EOS, seqlen=8,
                                                max_decode_steps=4))
-    with self.assertRaisesRegex(NotImplementedError, 'vanilla_sample_decode'):
+    with self.assertRaisesRegex(ValueError, 'vanilla_sample_decode need'):
       decode(decoder_hparams.SampleDecoderHParams(
           seqlen=8, vanilla_sample_decode=True))
     with self.assertRaisesRegex(ValueError, 'seqlen > 0'):
