@@ -37,11 +37,14 @@ def _batch(exp: Any) -> dict[str, int]:
 
 
 def batch_specs_provider(exp: Any) -> InputConfig:
-  """Input specs read off a first training batch, so that they include the
+  """Input specs read off a first batch (of the training input, else of the
+  first eval input: LAMBADA has no training data), so that they include the
   `eval_sample_weights` the models apply (the LM classes' default provider
   gives ids/labels/paddings/weights/segments only)."""
+  inputs = exp.datasets()
+  training = [p for p in inputs if p.is_training]
   return pax_fiddle.Config(base_input.DatasetInputSpecsProvider,
-                           input_p=exp.training_dataset())
+                           input_p=(training or inputs)[0])
 
 
 class _LocalData(base_experiment.BaseExperiment):
