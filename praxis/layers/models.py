@@ -227,6 +227,16 @@ class LanguageModel(base_model.BaseModel):
         predictions, input_batch, self.return_predictions,
         self.apply_eval_sample_weights, self.report_strict_acc)
 
+  def _prepare_guidance_decode_data(self, decode_data: NestedMap
+                                    ) -> NestedMap:
+    """Classifier-free guidance hook: subclasses rearrange the decode data.
+
+    Called when a SampleDecoderHParams sets cf_guidance_scale; LanguageModel
+    itself has no unconditioned inputs to pair with, so (as Pax) it raises.
+    """
+    del decode_data
+    raise NotImplementedError('LanguageModel does not support guidance.')
+
   def decode(self, input_batch: NestedMap,
              result_callback: decoder_utils.StreamingResultCallback | None = (
                  None),
@@ -278,6 +288,9 @@ class LanguageModel(base_model.BaseModel):
                                 'decode.')
     data = _lm_decode.prepare_decode_data(input_batch, decoder_params,
                                           model_type, self.fprop_dtype)
+    if (template_has_type(decoder_params, SampleDecoderHParams) and
+        getattr(decoder_params, 'cf_guidance_scale', None) is not None):
+      data = self._prepare_guidance_decode_data(data)
     result = _lm_decode.decode_lm(
         self.lm, decoder_params, data, input_batch,
         fprop_dtype=self.fprop_dtype, where=self._where,
@@ -402,6 +415,12 @@ class SequenceModel(base_model.BaseModel):
     return compute_xent_loss_helper(predictions, input_batch.tgt,
                                     self.return_predictions)
 
+  def _prepare_guidance_decode_data(self, input_batch: NestedMap
+                                    ) -> NestedMap:
+    """Classifier-free guidance hook (cf_guidance_scale set); as Pax, none."""
+    del input_batch
+    raise NotImplementedError('SequenceModel does not support guidance.')
+
   def encode(self, input_batch: NestedMap) -> NestedMap:
     """NestedMap(embeddings=the encoder output) of `ids`, `paddings`."""
     return NestedMap(embeddings=self.model.encode(input_batch.ids,
@@ -422,6 +441,8 @@ class SequenceModel(base_model.BaseModel):
     p = decoder_params
     where = f'SequenceModel ({self.name})'
     _lm_decode.check_decoder_params(p, where, language_model=False)
+    if getattr(p, 'cf_guidance_scale', None) is not None:
+      input_batch = self._prepare_guidance_decode_data(input_batch)
     if isinstance(p, BeamSearchHParams) or p.fprop_for_prefix:
       raise NotImplementedError(f'{where}: only greedy and sample decoding '
                                 'without fprop_for_prefix are supported.')
