@@ -14,7 +14,6 @@ Pax `LanguageModel` reads:
   weights      float32                 1.0 - paddings
   segment_ids  int32                   1, 2, ... per document in a row; 0 pad
   segment_pos  int32                   position within the document; 0 pad
-  eval_sample_weights float32 [batch]  1.0 for real rows, 0.0 for padding
 
 A document with tokens t_1..t_n becomes the sequence s = [BOS] t_1..t_n [EOS]
 (`add_bos`, `add_eos`; BOS falls back to the pad id when the tokenizer has
