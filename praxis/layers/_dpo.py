@@ -265,3 +265,12 @@ class SequenceModelDPO(base_model.BaseModel):
       return models.compute_xent_loss_helper(predictions, input_batch.tgt,
                                              False)
     return compute_dpo_loss_helper(self, predictions)
+
+
+# Public under praxis.layers.models (as Pax), so configs and pickles name
+# that module.
+for _cls in (Labels, DPOExampleHalf, DPOExample, DPOExampleHalfSeq2Seq,
+             DPOExampleSeq2Seq, LanguageModelDPO, SequenceModelDPO):
+  _cls.__module__ = 'praxis.layers.models'
+compute_dpo_loss_helper.__module__ = 'praxis.layers.models'
+del _cls

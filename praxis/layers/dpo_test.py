@@ -1,5 +1,7 @@
 """Tests of the DPO models in praxis.layers.models (praxis/layers/_dpo.py)."""
 
+import pickle
+
 from absl.testing import absltest
 import jax
 from jax import numpy as jnp
@@ -89,6 +91,18 @@ class LanguageModelDpoTest(absltest.TestCase):
     layer = base_layer.instantiate(p)
     with self.assertRaisesRegex(ValueError, 'eval_sample_weights'):
       layer.init(jax.random.PRNGKey(0), _batch(ids, ids))
+
+
+class PublicPathTest(absltest.TestCase):
+
+  def test_classes_live_in_models(self):
+    half = models.Labels(class_ids=np.array([[1]]),
+                         class_weights=np.array([[1.0]]))
+    back = pickle.loads(pickle.dumps(half))
+    np.testing.assert_array_equal(back.class_ids, [[1]])
+    for cls in (models.LanguageModelDPO, models.SequenceModelDPO,
+                models.DPOExample, models.DPOExampleHalf):
+      self.assertEqual(cls.__module__, 'praxis.layers.models')
 
 
 class FromFeatureConverterTest(absltest.TestCase):
