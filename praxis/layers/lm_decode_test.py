@@ -183,5 +183,44 @@ class OtherDecodersTest(test_utils.TestCase):
                              want.output_ids[row, 0, length:length + STEPS])
 
 
+class ContinuousBatchingTest(test_utils.TestCase):
+  """Prefill + step-wise top-1 sampling follows greedy decoding."""
+
+  def test_prefill_insert_generate_follow_greedy(self):
+    lm = lm_model(False).lm_tpl
+    model = base_layer.instantiate(pax_fiddle.Config(
+        models.LanguageModelContinuousBatching, name='lm', lm_tpl=lm))
+    variables = variables_of(lm_model(False))
+    common = dict(fprop_for_prefix=True, max_decode_steps=STEPS,
+                  seqlen=4 + STEPS, eos_id=[99])
+    greedy = run_decode(model, variables,
+                        decoder_hparams.GreedyDecoderHParams(**common))
+    params = decoder_hparams.SampleDecoderHParams(
+        k=1, temperature=0.0, num_cache_slots=2, **common)
+
+    def prefill(b):
+      return model.apply(variables, b, params, method=model.sample_prefill,
+                         mutable=[DECODE_CACHE])
+
+    state, cache = prefill(batch())
+    reversed_batch = jax.tree.map(lambda x: x[::-1], batch())
+    other_state, other_cache = prefill(reversed_batch)
+    # Slot 0 takes row 0 of the reversed batch (the second prompt).
+    state, cache = model.apply(
+        dict(variables, **cache), params, other_state, other_cache, state,
+        0, 0, method=model.sample_insert, mutable=[DECODE_CACHE])
+    tokens = [state.output_ids]
+    for _ in range(STEPS - 1):
+      state, cache = model.apply(
+          dict(variables, **cache), state, params,
+          method=model.sample_generate, mutable=[DECODE_CACHE])
+      tokens.append(state.output_ids)
+    tokens = np.stack(tokens, -1)
+    want = greedy.output_ids[:, 0]
+    self.assertArraysEqual(tokens[0], want[1, 2:2 + STEPS])
+    self.assertArraysEqual(tokens[1], want[1, 2:2 + STEPS])
+    self.assertArraysEqual(state.prefix_lengths, [2, 2])
+
+
 if __name__ == '__main__':
   absltest.main()

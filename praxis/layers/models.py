@@ -651,3 +651,11 @@ DPOExampleSeq2Seq = _dpo.DPOExampleSeq2Seq
 compute_dpo_loss_helper = _dpo.compute_dpo_loss_helper
 LanguageModelDPO = _dpo.LanguageModelDPO
 SequenceModelDPO = _dpo.SequenceModelDPO
+
+
+# Step-wise decoding over cache slots, built on LanguageModel above.
+from praxis.layers import _lm_continuous_batching  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+LanguageModelContinuousBatching = (
+    _lm_continuous_batching.LanguageModelContinuousBatching)
+LanguageModelContinuousBatching.__module__ = __name__
