@@ -213,9 +213,9 @@ def _flat_beam_search(lm: base_layer.BaseLayer, p: FlatBeamSearchHParams,
                       d: NestedMap, fprop_dtype: Any) -> NestedMap:
   """Flat beam search: each of the K beam slots gets its own cache row.
 
-  As in Pax 1.4, the search starts from the last prefix id and each slot's
-  cache holds the ids chosen for that slot (the beams' masks do not reach
-  the attention).
+  As in Pax 1.4, the search starts from the last prefix id, scores the
+  LM's logits, and each slot's cache holds the ids chosen for that slot (the
+  beams' masks do not reach the attention).
   """
   k = p.beam_size
   _fprop(lm, d)
@@ -223,8 +223,8 @@ def _flat_beam_search(lm: base_layer.BaseLayer, p: FlatBeamSearchHParams,
   lm.transform_decode_state(decoder_utils.batch_broadcast_state_fn(k))
 
   def extend_step_fn(mdl, ids, segment_pos):
-    del segment_pos
-    return mdl.extend_step(ids.reshape(-1)).log_probs
+    # As Pax, the search scores the LM's logits (not log-softmaxed).
+    return mdl.extend_step(ids.reshape(-1), segment_pos=segment_pos).logits
 
   with decoder_utils.maybe_decode_mesh_transpose(
       lm, p.decode_loop_mesh_axes_transpose):

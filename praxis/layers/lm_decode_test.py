@@ -145,8 +145,7 @@ class OtherDecodersTest(test_utils.TestCase):
       lm(jnp.zeros((2, 1), jnp.int32), jnp.ones((2, 1)))  # fills the caches
       lm.transform_decode_state(decoder_utils.pad_state_fn(5))
       lm.transform_decode_state(decoder_utils.batch_broadcast_state_fn(3))
-      step = lambda mdl, ids, _: jax.nn.log_softmax(
-          mdl.extend_step(ids.reshape(-1)).logits)
+      step = lambda mdl, ids, _: mdl.extend_step(ids.reshape(-1)).logits
       return flat_beam_search.flat_beam_search(
           lm, step, batch().ids, batch().paddings, 6, beam_size=3,
           fprop_dtype=jnp.float32, eos_id=EOS, length_norm_alpha=0.5)
