@@ -27,7 +27,6 @@ each that way).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from jax import numpy as jnp
@@ -111,9 +110,8 @@ def _nvidia_task(exp: Any, task_p: TaskConfig) -> TaskConfig:
                                   'GpuTritonFusedDotProductAttention')
   if exp.USE_TRITON_LAYER_NORM:
     layer_p.ln_tpl = _fused(layer_p.ln_tpl, 'GpuTritonFusedLayerNorm')
-  softmax_std = exp.SOFTMAX_INIT_STD or 1.0 / math.sqrt(exp.MODEL_DIMS)
-  task_p.model.lm_tpl.softmax_tpl.params_init = WeightInit.Gaussian(
-      softmax_std)
+  # Pax's recipes compute a softmax init from SOFTMAX_INIT_STD but never
+  # assign it: the softmax keeps the base's Gaussian(1 / sqrt(MODEL_DIMS)).
   learner = task_p.train.learner
   learner.loss_name = 'total_loss'
   if exp.USE_ADAFACTOR:

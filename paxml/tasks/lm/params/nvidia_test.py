@@ -181,15 +181,15 @@ class TinyTrainingTest(parameterized.TestCase):
     acc = event_accumulator.EventAccumulator(
         str(job_dir / 'summaries' / 'train'))
     acc.Reload()
-    loss = {e.step: e.value for e in acc.Scalars('loss')}
-    self.assertEqual(sorted(loss), list(range(1, steps + 1)))
-    self.assertTrue(all(math.isfinite(v) for v in loss.values()))
+    tag = next(t for t in acc.Tags()['scalars'] if t.endswith('avg_xent'))
+    xent = {e.step: e.value for e in acc.Scalars(tag)}
+    self.assertEqual(sorted(xent), list(range(1, steps + 1)))
+    self.assertTrue(all(math.isfinite(v) for v in xent.values()))
     # Pax's synthetic batches repeat one sequence (every token 1): the
-    # dense model learns it at once; the MoE's total loss also carries the
-    # load-balancing loss of its 8 experts, and falls more slowly.
-    self.assertLess(loss[steps], loss[1] * (0.5 if name == 'Llama2_7B'
-                                            else 0.9))
-
+    # cross-entropy falls to a small fraction of its start. (The MoE's
+    # total loss, with the load-balancing loss of identical tokens routed to
+    # one expert, rises, as in the real Pax.)
+    self.assertLess(xent[steps], 0.2 * xent[1])
 
 if __name__ == '__main__':
   absltest.main()
