@@ -39,12 +39,14 @@ class DecoderHParams:
       list is decoded to its largest entry.
     fprop_for_prefix: Run the prefix through one forward pass (right-aligned)
       instead of one extend_step per token.
-    lazy_prefix_broadcast: Not supported (must be False).
+    lazy_prefix_broadcast: Share one prefix's KV cache among the samples
+      (attention layers with LPB; `prefix_decoder_cache` mutable).
     decode_loop_mesh_axes_transpose: Renames of mesh axes inside the loop.
     process_result_fn: `fn(model, result) -> result` run after decoding.
     emb_lookup_style: Lookup style of the embedding while decoding.
     use_extra_input_kwargs: Pass `input_batch.extra_input_kwargs` to the LM.
-    num_cache_slots: Continuous batching slots (not supported: 0).
+    num_cache_slots: Continuous batching slots (see
+      `models.LanguageModelContinuousBatching`).
     precompute_kv_cache_prefix_ids: Kept for configs.
   """
 
@@ -97,7 +99,7 @@ class BeamSearchHParams(DecoderHParams):
 
 @dataclasses.dataclass
 class FlatBeamSearchHParams(BeamSearchHParams):
-  """Flat beam search (not supported by LanguageModel.decode)."""
+  """Flat beam search (`praxis.flat_beam_search`)."""
 
 
 @dataclasses.dataclass
@@ -122,7 +124,7 @@ class SampleDecoderHParams(DecoderHParams):
     sort_samples: Sort each example's samples by total log-probability.
     override_next_token_sampler_params: Copy k, p, ... into the sampler.
     optimize_eos: End each sample where ending with EOS is likeliest.
-    vanilla_sample_decode: Not supported (must be False).
+    vanilla_sample_decode: Use `sample_decode.vanilla_sample_decode`.
     early_exit: Stop when every sequence is done.
   """
 
