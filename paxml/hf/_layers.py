@@ -6,7 +6,9 @@ Public: `rope_inverse_frequencies`, `apply_rope`, `HfRopeAttention`.
 rotary embedding uses the inverse frequencies that `transformers` computes
 (`rope_theta`, and the 'linear' and 'llama3' `rope_scaling` types), so that
 an imported model's logits match the PyTorch model's. With
-`rope_theta=None` it applies no rotary embedding (GPT-2).
+`rope_theta=None` it applies no rotary embedding (GPT-2). With
+`sliding_window=W` query i sees keys j with i - W < j <= i (Mistral's
+window, as `transformers` masks it), in training and in decoding.
 """
 
 from __future__ import annotations
@@ -97,15 +99,20 @@ class HfRopeAttention(grouped_query_attention.GroupedQueryAttention):
     rope_theta: The base of the rotary wavelengths; None: no rotary
       embedding.
     rope_scaling: HF's `rope_scaling` as sorted (key, value) pairs, or None.
+    sliding_window: W: query i also masks keys j <= i - W (None: no window).
   """
 
   rope_theta: float | None = None
   rope_scaling: tuple[tuple[str, Any], ...] | None = None
+  sliding_window: int | None = None
 
   def setup(self) -> None:
     if self.rope_theta is not None and self.rope_min_max_timescales:
       raise ValueError(f'HfRopeAttention ({self.name}): set rope_theta or '
                        'rope_min_max_timescales, not both.')
+    if self.sliding_window is not None and self.sliding_window < 1:
+      raise ValueError(f'HfRopeAttention ({self.name}): sliding_window must '
+                       f'be a positive int or None, got {self.sliding_window}.')
     super().setup()
     self._inv_freq = None
     if self.rope_theta is not None:
@@ -118,3 +125,36 @@ class HfRopeAttention(grouped_query_attention.GroupedQueryAttention):
       q = apply_rope(q, q_pos, self._inv_freq)
       k = apply_rope(k, k_pos, self._inv_freq)
     return q, k, v
+
+  def _window_mask(self, atten_mask: JTensor, query_index: JTensor,
+                   num_keys: int) -> JTensor:
+    """`atten_mask` also True where key j <= query i - sliding_window.
+
+    Args:
+      atten_mask: [1|B, 1|N, 1|T, S], True / nonzero where masked.
+      query_index: [1|T] int, each query's index along the keys' time axis.
+      num_keys: S.
+    """
+    keys = jnp.arange(num_keys)[None, :]
+    outside = keys <= query_index[:, None] - self.sliding_window
+    return jnp.logical_or(atten_mask.astype(bool), outside[None, None])
+
+  def __call__(self, query_vec, key_vec, value_vec, atten_mask,
+               query_segment_pos=None, key_segment_pos=None):
+    if self.sliding_window is not None:
+      t, s = query_vec.shape[1], key_vec.shape[1]
+      # Self-attention: query i sits at key index i (of the last T keys).
+      atten_mask = self._window_mask(atten_mask, jnp.arange(t) + (s - t), s)
+    return super().__call__(query_vec, key_vec, value_vec, atten_mask,
+                            query_segment_pos, key_segment_pos)
+
+  def extend_step(self, query_vec, *, atten_mask, time_step, segment_pos,
+                  is_cross_attention=False):
+    if self.sliding_window is not None and not is_cross_attention:
+      step = jnp.asarray(time_step, jnp.int32).reshape([1])
+      s = self.decoding_state_sequence_length()
+      window = self._window_mask(atten_mask[:, :, None, :], step, s)
+      atten_mask = window[:, :, 0, :]
+    return super().extend_step(
+        query_vec, atten_mask=atten_mask, time_step=time_step,
+        segment_pos=segment_pos, is_cross_attention=is_cross_attention)

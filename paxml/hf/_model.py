@@ -53,6 +53,8 @@ class ModelSpec:
       informational.
     attention_bias: Biases in the attention projections.
     mlp_bias: Biases in the feed-forward projections.
+    sliding_window: Mistral's attention window W (query i sees keys
+      i - W < j <= i), or None for the whole context.
   """
 
   family: str
@@ -74,6 +76,7 @@ class ModelSpec:
   max_positions: int = 2048
   attention_bias: bool = False
   mlp_bias: bool = False
+  sliding_window: int | None = None
 
 
 def _norm(spec: ModelSpec) -> pax_fiddle.Config:
@@ -96,7 +99,7 @@ def _layer(spec: ModelSpec) -> pax_fiddle.Config:
   atten = pax_fiddle.Config(
       _layers.HfRopeAttention, num_kv_heads=spec.num_kv_heads,
       use_bias=spec.attention_bias, rope_theta=spec.rope_theta,
-      rope_scaling=spec.rope_scaling)
+      rope_scaling=spec.rope_scaling, sliding_window=spec.sliding_window)
   ff = pax_fiddle.Config(
       transformers.TransformerFeedForward, has_bias=spec.mlp_bias,
       activation_tpl=_activation(spec), use_gated_activation=spec.gated,

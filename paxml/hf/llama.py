@@ -4,17 +4,13 @@ Public: ARCHITECTURES, spec_from_config, config_from_spec, rules, ignore.
 
 Grouped-query attention (`num_key_value_heads`), `rope_theta` and the
 'linear' and 'llama3' `rope_scaling` types, tied or untied embeddings,
-`attention_bias`/`mlp_bias`. Mistral's `sliding_window` is not applied:
-the imported model attends over the whole context, which equals Mistral
-for sequences up to the window (4096 tokens in Mistral 7B v0.1; v0.2+ has
-none).
+`attention_bias`/`mlp_bias`, and Mistral's `sliding_window` (query i sees
+keys i - W < j <= i; null: the whole context, as Mistral 7B v0.2+).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from absl import logging
 
 from paxml.hf import _model
 from paxml.hf import _weights
@@ -74,14 +70,14 @@ def spec_from_config(config: dict[str, Any],
                      source: str) -> _model.ModelSpec:
   """The ModelSpec of a Llama or Mistral config.json."""
   family = _FAMILY[config['architectures'][0]]
-  spec = common_spec(config, source, family)
-  window = config.get('sliding_window')
-  if family == 'mistral' and window and window < spec.max_positions:
-    logging.warning(
-        '%s: sliding_window=%d is not applied: the imported model attends '
-        'over the whole context (equal to Mistral up to %d tokens).',
-        source, window, window)
-  return spec
+  window = None
+  if family == 'mistral':
+    window = config.get('sliding_window')
+    if window is not None and (isinstance(window, bool)
+                               or not isinstance(window, int) or window < 1):
+      raise ValueError(f'{source}: sliding_window must be a positive integer '
+                       f'or null, got {window!r}.')
+  return common_spec(config, source, family, sliding_window=window)
 
 
 def config_from_spec(spec: _model.ModelSpec) -> dict[str, Any]:
@@ -103,7 +99,10 @@ def config_from_spec(spec: _model.ModelSpec) -> dict[str, Any]:
       'torch_dtype': 'float32',
   }
   if spec.family == 'mistral':
-    config['sliding_window'] = None
+    config['sliding_window'] = spec.sliding_window
+  elif spec.sliding_window is not None:
+    raise ValueError(f'ModelSpec: sliding_window={spec.sliding_window} has '
+                     f'no field in a {spec.family!r} config.json.')
   return config
 
 
