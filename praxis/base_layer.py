@@ -848,7 +848,8 @@ class BaseLayer(nn.Module):
     """Records `tensor` in the `summaries` collection as `<name>_<type>`.
 
     Args:
-      name: The summary's name (a number is appended if it is taken).
+      name: The summary's name; a number is appended only if `name`
+        itself (unsuffixed) is taken, so repeats overwrite, as in Pax.
       tensor: Its value, or a function computing it.
       summary_type: SCALAR, IMAGE, ...; images are made 4-D, audio 3-D.
       verbosity: Recorded only if at most the context's summary verbosity.
@@ -860,11 +861,14 @@ class BaseLayer(nn.Module):
       return
     if callable(tensor):
       tensor = tensor()
-    suffix = get_summary_type_suffix(summary_type)
-    full_name, i = name + suffix, 0
+    # As Pax: the number probe looks at the name without its type suffix,
+    # so a repeated name (or one fed back in from an earlier apply) is
+    # overwritten as `<name>_<type>`, not renamed `<name>1_<type>`.
+    full_name, i = name, 0
     while self.has_variable(SUMMARIES, full_name):
       i += 1
-      full_name = f'{name}{i}{suffix}'
+      full_name = f'{name}{i}'
+    full_name += get_summary_type_suffix(summary_type)
     base = get_summary_base_type(summary_type)
     if base == SummaryType.IMAGE and tensor.ndim == 3:
       tensor = tensor[jnp.newaxis]
