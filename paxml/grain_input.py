@@ -36,7 +36,8 @@ File formats (`FILE_FORMATS`, chosen from the extension unless
 `file_format` is set): 'jsonl' (.jsonl/.json: one JSON object a line, the
 text in `text_field`), 'lines' (any other extension: one document a
 non-blank line), 'paragraphs' (documents separated by blank lines); each of these three
-also gzipped (`.gz`, e.g. C4's `c4-train.00000-of-01024.json.gz`),
+also gzipped (`.gz`, e.g. C4's `c4-train.00000-of-01024.json.gz`) or
+zstd-compressed (`.zst`, as the Pile's `00.jsonl.zst`; needs zstandard),
 'array_record' (.array_record: records are JSON objects, as JSONL lines) and
 'parquet' (.parquet: the `text_field` column; needs pyarrow).
 
@@ -61,6 +62,7 @@ import gzip
 import json
 import mmap
 import os
+import tempfile
 from typing import Any
 
 import grain
@@ -131,8 +133,49 @@ def _document_spans(data: bytes | mmap.mmap, paragraphs: bool) -> list[Any]:
   return spans
 
 
-def _read_text_file(path: str) -> bytes | mmap.mmap | None:
-  """The bytes of a file (gunzipped for .gz), memory-mapped; None if empty."""
+_COMPRESSED = ('.gz', '.zst')
+_CHUNK = 1 << 20
+
+
+def _unzstd(path: str) -> mmap.mmap | None:
+  """A .zst file decompressed into an unlinked temporary file, mapped.
+
+  The Pile's shards hold tens of GB of text, so the text goes to disk (the
+  temporary directory), not memory. Every zstd frame must be complete.
+  """
+  try:
+    import zstandard  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        f'{path}: reading .zst files needs zstandard: pip install zstandard '
+        "(or the project's 'data' extra).") from e
+  decompressor = zstandard.ZstdDecompressor()
+  with open(path, 'rb') as src, tempfile.TemporaryFile() as out:
+    frame, in_frame = decompressor.decompressobj(), False
+    try:
+      while chunk := src.read(_CHUNK):
+        while chunk:
+          out.write(frame.decompress(chunk))
+          in_frame, chunk = True, b''
+          if frame.eof:
+            chunk = frame.unused_data
+            frame, in_frame = decompressor.decompressobj(), False
+    except zstandard.ZstdError as e:
+      raise ValueError(f'{path}: not a readable zstd file ({e}).') from e
+    if in_frame:
+      raise ValueError(f'{path}: not a readable zstd file (truncated: the '
+                       'last frame is incomplete).')
+    if out.tell() == 0:
+      return None
+    out.flush()
+    return mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def read_text_file(path: str) -> bytes | mmap.mmap | None:
+  """The bytes of a file (gunzipped for .gz, decompressed for .zst),
+  memory-mapped; None if empty."""
+  if path.endswith('.zst'):
+    return _unzstd(path)
   if path.endswith('.gz'):
     try:
       with gzip.open(path, 'rb') as f:
@@ -151,7 +194,8 @@ class TextFileSource:
 
   The files are scanned once for document boundaries (kept as byte offsets)
   and memory-mapped; `source[i]` decodes document i. Gzipped files (`.gz`,
-  as C4's `c4-train.*.json.gz`) are decompressed into memory.
+  as C4's `c4-train.*.json.gz`) are decompressed into memory, zstd files
+  (`.zst`, as the Pile's `*.jsonl.zst`) into a temporary file.
   """
 
   def __init__(self, paths: Sequence[str], file_format: str,
@@ -167,7 +211,7 @@ class TextFileSource:
     self._text_field = text_field
     self._maps, spans = [], []
     for index, path in enumerate(self._paths):
-      data = _read_text_file(path)
+      data = read_text_file(path)
       if data is None:
         self._maps.append(None)
         continue
@@ -278,9 +322,10 @@ def document_source(
 
 
 def _format_of(path: str) -> str:
-  """The file format that a file's extension implies (a .gz suffix aside)."""
-  if path.endswith('.gz'):
-    path = path[:-3]
+  """The file format that a file's extension implies (.gz/.zst aside)."""
+  for suffix in _COMPRESSED:
+    if path.endswith(suffix):
+      path = path[:-len(suffix)]
   return _EXTENSIONS.get(os.path.splitext(path)[1], 'lines')
 
 

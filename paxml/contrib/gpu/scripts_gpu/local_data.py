@@ -5,28 +5,27 @@ Public names: `data_files`, `tokenizer_config`, `PileInput`,
 
 Pax's NVIDIA scripts read these sets through TFDS builders and SeqIO tasks
 (`tfds_pile.py`, `tfds_lambada.py`, `tasks.py`). Here each set is a folder
-of JSONL (optionally gzipped) or Parquet files, named by an environment
+of JSONL (optionally compressed) or Parquet files, named by an environment
 variable or by the experiment's `*_DATA_DIR` attribute:
 
   PILE_DATA_DIR    train/*.jsonl (or train*.jsonl), val*.jsonl;
                    records {"text": ...}, as The Pile's own files (which
-                   are .jsonl.zst: decompress them, `zstd -d`);
+                   are .jsonl.zst, read as they ship; needs zstandard);
   LAMBADA_DATA_DIR lambada*.jsonl: records {"text": ...}, the passage whose
                    last word is the target (`lambada_test.jsonl`);
   BOOLQ_DATA_DIR   train*.jsonl, val*.jsonl: SuperGLUE BoolQ records
                    {"passage", "question", "label"} (Hugging Face's Parquet
                    files, `validation-*.parquet`, work too).
 
-`.jsonl` may be `.jsonl.gz`, `.json.gz` or `.parquet` throughout. The
-tokenizer is the SentencePiece model that `VOCAB_PATH` names, as in Pax;
-`VOCAB_PATH=bytes` picks `praxis.tokenizers.ByteTokenizer` (259 ids), for
-tiny runs without a model.
+`.jsonl` may be `.jsonl.gz`, `.json.gz`, `.jsonl.zst` or `.parquet`
+throughout. The tokenizer is the SentencePiece model that `VOCAB_PATH`
+names, as in Pax; `VOCAB_PATH=bytes` picks `praxis.tokenizers.ByteTokenizer`
+(259 ids), for tiny runs without a model.
 """
 
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 from typing import Any
@@ -36,7 +35,8 @@ from paxml import grain_input
 from praxis import pax_fiddle
 from praxis import tokenizers
 
-FILE_EXTENSIONS = ('.jsonl', '.jsonl.gz', '.json.gz', '.parquet')
+FILE_EXTENSIONS = ('.jsonl', '.jsonl.gz', '.json.gz', '.jsonl.zst',
+                   '.parquet')
 
 
 def data_files(folder: str | None, env_var: str, stems: tuple[str, ...],
@@ -91,13 +91,13 @@ def tokenizer_config(vocab_path: str | None) -> pax_fiddle.Config[Any]:
 
 
 def _records(path: str) -> list[dict[str, Any]]:
-  """The JSON objects of a JSONL(.gz) file or the rows of a Parquet file."""
+  """The JSON objects of a JSONL(.gz/.zst) file or a Parquet file's rows."""
   if path.endswith('.parquet'):
     from pyarrow import parquet  # pylint: disable=g-import-not-at-top
     return parquet.read_table(path).to_pylist()
-  opener = gzip.open if path.endswith('.gz') else open
-  with opener(path, 'rt', encoding='utf-8') as f:
-    return [json.loads(line) for line in f if line.strip()]
+  data = grain_input.read_text_file(path)
+  lines = bytes(data or b'').decode('utf-8').split('\n')
+  return [json.loads(line) for line in lines if line.strip()]
 
 
 def _field(record: dict[str, Any], name: str, where: str) -> Any:
