@@ -568,11 +568,12 @@ class TransformerLmSpmdAdafactor(_LmExperiment):
   ICI_MESH_SHAPE = None
   DCN_MESH_SHAPE = (1, 1, 1)
   TRAINING_OPTIMIZED_SHARDING = True
+  MODEL_CLASS = models.LanguageModel
 
   def _lm_task(self, num_layers: int) -> TaskConfig:
     """The task with a (repeated) stack of `num_layers` layers, unsharded."""
     task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='xformer_task')
-    task_p.model = pax_fiddle.Config(models.LanguageModel, name='xformer_lm',
+    task_p.model = pax_fiddle.Config(self.MODEL_CLASS, name='xformer_lm',
                                      fprop_dtype=self.FPROP_DTYPE)
     lm_p = task_p.model.lm_tpl
     lm_p.packed_input = self.PACKED_INPUT

@@ -18,6 +18,10 @@ tokenizer VOCAB_PATH, as environment variables or attributes):
 LLaMA*: BoolQ fine-tuning or eval, with LoRA adapters (USE_LORA, LORA_RANK,
 LORA_TARGET_LAYERS) and a restored base checkpoint
 (CHECKPOINT_RESTORE_PATH).
+
+The models are Pax's `CustomMetricsLM`: Lambada126M's eval reports
+`acc_strict` (the last word and EOS all predicted right), the LLaMA*
+`boolq_acc` (yes/no accuracy).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from paxml.tasks.lm import model_params
 from paxml.tasks.lm.params import c4
 from paxml.tasks.lm.params import lm_cloud
 from praxis import base_layer
+from praxis.contrib.gpu.scripts_gpu.models import CustomMetricsLM
 from praxis.layers import activations
 from praxis.layers import checkpoint_policy
 
@@ -80,6 +85,7 @@ def configure_gpt3_task(exp: Any, task_p: Any) -> Any:
 class GPT126MBase(c4.TransformerLmSpmdAdam):
   """GPT-3 126M (12 layers, width 768) on 8x8 GPUs."""
 
+  MODEL_CLASS = CustomMetricsLM
   USE_REPEATED_LAYER = False
   ICI_MESH_SHAPE = [8, 1, 1]
   DCN_MESH_SHAPE = [8, 1, 1]
@@ -222,6 +228,7 @@ class Lambada126M(GPT126MBase, tasks.LambadaDataset):
   def task(self) -> Any:
     task_p = super().task()
     task_p.train.always_use_train_for_model_init = False
+    task_p.model.eval_task = 'lambada'  # acc_strict: last-word accuracy.
     return task_p
 
 
@@ -261,6 +268,8 @@ class LLaMA7B(llama_utils.BaseLLaMA, tasks.BoolQDataset, lora_utils.LoRAMixin,
     task_p = super().task()
     task_p.train.always_use_train_for_model_init = False
     task_p.model.apply_eval_sample_weights = True
+    task_p.model.eval_task = 'boolq'  # boolq_acc: yes/no accuracy.
+    task_p.model.boolq_yn_tokens = self.yes_no_tokens()
     task_p = self.configure_lora(task_p)
     return self.configure_checkpoint_restore(task_p)
 

@@ -16,6 +16,7 @@ from paxml import experiment_registry
 from paxml.contrib.gpu.scripts_gpu import tasks
 from paxml.tasks.lm.params import c4
 from praxis import pax_fiddle
+from praxis.contrib.gpu.scripts_gpu.models import CustomMetricsLM
 from praxis.layers import activations
 from praxis.layers import embedding_softmax
 from praxis.layers import multi_query_attention
@@ -77,6 +78,7 @@ def _stack(exp: Any) -> Any:
 class BaseLLaMA(c4.TransformerLmSpmdAdam):
   """LLaMA-7B-sized defaults; the sized models change the attributes."""
 
+  MODEL_CLASS = CustomMetricsLM
   BOS_ID = 1
   EOS_ID = 2
   MAX_STEPS = 0

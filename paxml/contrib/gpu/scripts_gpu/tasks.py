@@ -12,11 +12,14 @@ Batches are PERCORE_BATCH_SIZE per local device on each process, as Pax's.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import jax
+import numpy as np
 from paxml import base_experiment
 from paxml.contrib.gpu.scripts_gpu import local_data
+from praxis import base_hyperparams
 from praxis import base_input
 from praxis import pax_fiddle
 
@@ -104,7 +107,12 @@ class LambadaDataset(_LocalData):
 
 class BoolQDataset(_LocalData):
   """SuperGLUE BoolQ: fine-tune on train, evaluate on validation; only the
-  answer token carries loss weight."""
+  answer token carries loss weight.
+
+  TRUE_TOKEN / FALSE_TOKEN: the ids of 'yes' and 'no' (Pax encodes them with
+  its vocabulary when the module loads); None: the first token of each, as
+  the VOCAB_PATH tokenizer encodes it (`yes_no_tokens`).
+  """
 
   PERCORE_BATCH_SIZE = 8
   MAX_SEQ_LEN = 4096
@@ -112,6 +120,24 @@ class BoolQDataset(_LocalData):
   EOS_ID = 2
   TRAIN_INPUT_RANDOM_SEED = None
   BOOLQ_DATA_DIR = None
+  TRUE_TOKEN = None
+  FALSE_TOKEN = None
+
+  def yes_no_tokens(self) -> tuple[int, int] | None:
+    """(TRUE_TOKEN, FALSE_TOKEN), from the tokenizer where unset; None
+    when neither they nor VOCAB_PATH are set."""
+    if self.TRUE_TOKEN is not None and self.FALSE_TOKEN is not None:
+      return int(self.TRUE_TOKEN), int(self.FALSE_TOKEN)
+    if not (self.VOCAB_PATH or os.environ.get('VOCAB_PATH')):
+      return None
+    vocab = base_hyperparams.instantiate(
+        local_data.tokenizer_config(self.VOCAB_PATH))
+    yes, no = (int(np.asarray(vocab.encode(w)).reshape(-1)[0])
+               for w in ('yes', 'no'))
+    if yes == no:
+      raise ValueError(f"BoolQ: 'yes' and 'no' start with the same token "
+                       f'({yes}); set TRUE_TOKEN and FALSE_TOKEN.')
+    return yes, no
 
   def _dataset_common(self, is_training: bool) -> InputConfig:
     return self._input(
