@@ -14,6 +14,7 @@ Pax `LanguageModel` reads:
   weights      float32                 1.0 - paddings
   segment_ids  int32                   1, 2, ... per document in a row; 0 pad
   segment_pos  int32                   position within the document; 0 pad
+  eval_sample_weights float32 [batch]  1.0 for real rows, 0.0 for padding
 
 A document with tokens t_1..t_n becomes the sequence s = [BOS] t_1..t_n [EOS]
 (`add_bos`, `add_eos`; BOS falls back to the pad id when the tokenizer has
@@ -35,11 +36,12 @@ Grain iterator state, so a restored input continues the exact stream.
 File formats (`FILE_FORMATS`, chosen from the extension unless
 `file_format` is set): 'jsonl' (.jsonl/.json: one JSON object a line, the
 text in `text_field`), 'lines' (any other extension: one document a
-non-blank line), 'paragraphs' (documents separated by blank lines); each of these three
-also gzipped (`.gz`, e.g. C4's `c4-train.00000-of-01024.json.gz`) or
-zstd-compressed (`.zst`, as the Pile's `00.jsonl.zst`; needs zstandard),
-'array_record' (.array_record: records are JSON objects, as JSONL lines) and
-'parquet' (.parquet: the `text_field` column; needs pyarrow).
+non-blank line), 'paragraphs' (documents separated by blank lines); each
+of these three also gzipped (`.gz`, e.g. C4's
+`c4-train.00000-of-01024.json.gz`) or zstd-compressed (`.zst`, as the
+Pile's `00.jsonl.zst`; needs zstandard), 'array_record' (.array_record:
+records are JSON objects, as JSONL lines) and 'parquet' (.parquet: the
+`text_field` column; needs pyarrow).
 
 Example:
 

@@ -107,15 +107,9 @@ def _field(record: dict[str, Any], name: str, where: str) -> Any:
 
 
 class PileInput(grain_input.LmTextInput):
-  """LmTextInput whose every batch has `eval_sample_weights` (1.0 for rows
-  holding tokens), which the GPT and LLaMA experiments' models apply."""
-
-  def get_next(self) -> Any:
-    batch = super().get_next()
-    if 'eval_sample_weights' not in batch:
-      batch.eval_sample_weights = (
-          batch.paddings.min(axis=-1) < 1.0).astype('float32')
-    return batch
+  """The Pile's LmTextInput. Its batches carry `eval_sample_weights` (1.0
+  for real rows, 0.0 for eval padding), as Pax's SeqIOInput's, which the
+  GPT and LLaMA experiments' models apply."""
 
 
 class _PromptTargetInput(PileInput):
