@@ -24,6 +24,13 @@ the caches with `transform_decode_state`, then call `extend_step(ids [B])`
 once per position; it returns the next-token logits and advances
 `time_step`.
 
+With `ngrammer_tpl` (an n-grammer of `praxis.layers.ngrammer`) the token
+embeddings pass through it before the position embeddings. To decode, the
+LM keeps the previous step's id and embedding (`ngrammer_prefix`,
+`ngrammer_prefix_emb`, `ngrammer_prefix_segment_pos` in `decoder_cache`)
+so that each step's bi-gram pairs it with its predecessor; as in Pax, the
+forward pass leaves them zero (the first step then pairs with the pad id).
+
 `set_sharding_params_v1` annotates a config's weights and activations for a
 [replica, data, mdl] mesh as praxis does (weights over data x mdl, batch over
 replica x data, heads / hidden / vocab over mdl).
@@ -306,6 +313,10 @@ def _default_segments(paddings: JTensor, segment_ids, segment_pos, where):
   return segment_ids, segment_pos
 
 
+_NGRAMMER_STATES = ('ngrammer_prefix', 'ngrammer_prefix_emb',
+                    'ngrammer_prefix_segment_pos')
+
+
 def _check_no_ngrammer(where: str, *tpls: Any) -> None:
   for tpl in tpls:
     if tpl is not None and (not isinstance(tpl, (list, tuple))
@@ -350,7 +361,8 @@ class TransformerLm(base_layer.BaseLayer):
     vocab_size: V.
     packed_input: Inputs pack several sequences (segment ids and positions).
     model_type: CAUSAL, PREFIX or BIDIRECTIONAL attention.
-    ngrammer_tpl: Not supported (must be None).
+    ngrammer_tpl: An n-grammer (Ngrammer, VQNgrammer, ...) applied to the
+      token embeddings before the position embeddings (None: none).
     post_attention_ngrammer_tpls: Not supported (must be None).
     separate_embedding_tpl: An embedding table apart from the softmax.
     final_ln_tpl: The final normalization (None: none).
@@ -464,6 +476,8 @@ class TransformerLm(base_layer.BaseLayer):
     }
     for name, value in mesh.items():
       setattr(lm_p, name, value)
+    if lm_p.ngrammer_tpl is not None:
+      lm_p.ngrammer_tpl.weight_split_dims_mapping.wt = shardings.get('w_vd')
     _set_trainable_pos_emb_sharding(lm_p.position_emb_tpl,
                                     shardings.get('w_df'),
                                     shardings.get('a_bld'))
@@ -486,9 +500,10 @@ class TransformerLm(base_layer.BaseLayer):
       if getattr(self, name) <= 0:
         raise ValueError(f'{where}: {name} must be positive, got '
                          f'{getattr(self, name)}.')
-    _check_no_ngrammer(where, self.ngrammer_tpl,
-                       self.post_attention_ngrammer_tpls)
+    _check_no_ngrammer(where, self.post_attention_ngrammer_tpls)
     model_type = LanguageModelType(self.model_type)
+    if self.ngrammer_tpl is not None:
+      self.create_child('ngrammer', self.ngrammer_tpl.clone())
     if self.position_emb_tpl is not None:
       self.create_child('position_emb', self.position_emb_tpl.clone().set(
           embedding_dims=self.model_dims))
@@ -511,6 +526,47 @@ class TransformerLm(base_layer.BaseLayer):
     if self.separate_embedding_tpl is not None:
       return self.embedding_lookup.emb_lookup(ids)
     return self.softmax.emb_lookup(ids)
+
+  def _emb_var(self) -> JTensor:
+    """The [V, D] embedding table (for the n-grammer's cache updates)."""
+    if self.separate_embedding_tpl is not None:
+      return self.embedding_lookup.theta.emb_var
+    if hasattr(self.softmax, 'logits_ffn'):
+      return jnp.transpose(self.softmax.logits_ffn.linear.theta.w)
+    return self.softmax.theta.w  # Already [V, D].
+
+  def _reset_ngrammer_states(self, batch_size: int, dtype: Any) -> None:
+    """Zero previous-step id, embedding and position (Pax's t=0 marker)."""
+    zeros = jnp.zeros([batch_size, 1], jnp.int32)
+    self.update_decode_state('ngrammer_prefix', zeros)
+    self.update_decode_state('ngrammer_prefix_emb', jnp.zeros(
+        [batch_size, 1, self.model_dims], dtype))
+    self.update_decode_state('ngrammer_prefix_segment_pos', zeros)
+
+  def _ngrammer_step(self, ids: JTensor, emb: JTensor,
+                     segment_pos: JTensor | None) -> JTensor:
+    """The n-grammer's output [B, 1, D] for ids [B, 1] after the cached
+    previous step; caches this step for the next."""
+    prev_ids = self.get_decode_state('ngrammer_prefix')
+    prev_emb = self.get_decode_state('ngrammer_prefix_emb')
+    pair_pos = None
+    if segment_pos is not None:
+      pair_pos = jnp.concatenate(
+          [self.get_decode_state('ngrammer_prefix_segment_pos'),
+           segment_pos], axis=1)
+      self.update_decode_state('ngrammer_prefix_segment_pos', segment_pos)
+    # Zero ids and embeddings in the previous step mark time step 0.
+    out = self.ngrammer(
+        jnp.concatenate([prev_ids, ids], axis=1),
+        jnp.concatenate([prev_emb, emb.astype(prev_emb.dtype)], axis=1),
+        segment_pos=pair_pos, check_time_step_zero=True)
+    self.update_decode_state('ngrammer_prefix', ids)
+    self.update_decode_state('ngrammer_prefix_emb', emb)
+    return out[:, 1:]
+
+  def _ngrammer_states(self) -> list[str]:
+    return [name for name in _NGRAMMER_STATES
+            if self.has_variable(base_layer.DECODE_CACHE, name)]
 
   def compute_loss(
       self,
@@ -585,6 +641,10 @@ class TransformerLm(base_layer.BaseLayer):
     segment_ids, segment_pos = _default_segments(
         paddings, segment_ids, segment_pos, self._where)
     x = self._embed(inputs)
+    if self.ngrammer_tpl is not None:
+      x = self.ngrammer(input_ids=inputs, input_embs=x, paddings=paddings,
+                        segment_pos=segment_pos, emb_var=self._emb_var())
+      self._reset_ngrammer_states(inputs.shape[0], x.dtype)
     if self.position_emb_tpl is not None:
       x = x + self.position_emb(seq_length=inputs.shape[1],
                                 position=segment_pos)
@@ -630,6 +690,10 @@ class TransformerLm(base_layer.BaseLayer):
                        f'{inputs.shape}.')
     time_step = self.get_decode_state('time_step')
     x = self._embed(inputs[:, None])
+    if self.ngrammer_tpl is not None:
+      x = self._ngrammer_step(
+          inputs[:, None], x,
+          None if segment_pos is None else segment_pos[:, None])
     if self.position_emb_tpl is not None:
       position = segment_pos if segment_pos is not None else jnp.full(
           inputs.shape, time_step)
@@ -647,15 +711,28 @@ class TransformerLm(base_layer.BaseLayer):
     """Zero caches of `target_max_length` steps, and time_step 0."""
     self.transformer.init_states(target_batch_size, target_max_length)
     self.update_decode_state('time_step', jnp.zeros((), jnp.int32))
+    if self.ngrammer_tpl is not None:
+      self._reset_ngrammer_states(target_batch_size,
+                                  self.fprop_dtype or self.dtype)
 
   def transform_decode_state(
       self, transform_fn: base_layer.DecodeStateTransformFn) -> None:
     """Applies `transform_fn(state, batch_dim, time_dim)` to the caches."""
+    for name in self._ngrammer_states():
+      # One previous step: a batch dim but no time dim to pad or slice.
+      self.update_decode_state(
+          name, transform_fn(self.get_decode_state(name), 0, -1))
     self.transformer.transform_decode_state(transform_fn)
 
   def lazy_broadcast_prefix(self, num_suffix_samples: int,
                             suffix_length: int) -> None:
-    """Delegates to the stack (unsupported by our attention layers)."""
+    """Delegates to the stack; the n-grammer's previous step is tiled
+    `num_suffix_samples` times over the batch (sample-major, as Pax)."""
+    for name in self._ngrammer_states():
+      state = self.get_decode_state(name)
+      self.update_decode_state(name, jnp.reshape(
+          jnp.broadcast_to(state, (num_suffix_samples,) + state.shape),
+          (num_suffix_samples * state.shape[0],) + state.shape[1:]))
     self.transformer.lazy_broadcast_prefix(num_suffix_samples, suffix_length)
 
   def right_align_decode_state_with_prefix(

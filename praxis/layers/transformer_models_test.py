@@ -235,8 +235,8 @@ class ConfigErrorTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, r'TransformerLm \(lm\).*vocab'):
       self._init(lm_config().set(vocab_size=0))
     with self.assertRaisesRegex(ValueError, 'ngrammer'):
-      self._init(lm_config().set(ngrammer_tpl=pax_fiddle.Config(
-          embedding_softmax.Embedding)))
+      self._init(lm_config().set(post_attention_ngrammer_tpls=[
+          pax_fiddle.Config(embedding_softmax.Embedding)]))
     p = lm_config()
     p.stacked_transformer_tpl.model_dims = 8
     with self.assertRaisesRegex(ValueError, 'model_dims 8'):
