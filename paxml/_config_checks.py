@@ -172,3 +172,14 @@ def check_train(task: Any) -> None:
   if steps < 0:
     raise ValueError(f'task.train.num_train_steps={steps!r}; expected an '
                      'integer >= 0.')
+  capture = getattr(train, 'profiler_capture_step', None)
+  if capture is not None and (isinstance(capture, bool)
+                              or not isinstance(capture, int) or capture < 0):
+    raise ValueError(f'task.train.profiler_capture_step={capture!r}; expected '
+                     'None (no profile) or an integer >= 0 (steps from the '
+                     "run's first step).")
+  num_steps = getattr(train, 'profiler_num_steps', None)
+  if capture is not None and isinstance(num_steps, _NUMBER) and num_steps <= 0:
+    raise ValueError(f'task.train.profiler_num_steps={num_steps!r}; expected '
+                     'a number of steps > 0 to profile at '
+                     f'profiler_capture_step={capture}.')

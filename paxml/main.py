@@ -76,6 +76,11 @@ _SUMMARIES = flags.DEFINE_bool(
     'enable_summary_writer', True, 'Write TensorBoard summaries.')
 _PROFILER_PORT = flags.DEFINE_integer(
     'jax_profiler_port', None, 'Start the JAX profiler server on this port.')
+_PGLE_PROFILE = flags.DEFINE_bool(
+    'pgle_profile', False,
+    'Profile a few training steps (at train.profiler_capture_step, 5 if '
+    'unset) into <job_log_dir>/profile, extract the PGLE file profile.pb for '
+    'XLA:GPU and log the XLA_FLAGS of a run that compiles with it.')
 flags.DEFINE_bool('pmap_use_tensorstore', False,
                   'Accepted for compatibility: checkpoints always use Orbax.')
 _SERVER_ADDR = flags.DEFINE_string(
@@ -155,6 +160,9 @@ _LIBRARY_LOGS = flags.DEFINE_bool(
 _FDL = flags.DEFINE_multi_string(
     'fdl', [],
     'Fiddle commands: config:F (the experiment), set:PATH=VALUE, fiddler:F.')
+
+# --pgle_profile's capture step: past the first steps' compilation.
+_PGLE_DEFAULT_CAPTURE_STEP = 5
 
 # Flags Pax accepts that this runner cannot honour: flag -> (the values it
 # can honour, why the others cannot be).
@@ -282,6 +290,8 @@ def _configs_of(experiment: Any, name: str) -> train.ExperimentConfigs:
         _config_checks.parse_value(assignment)
     configs.apply_overrides(assignments)
     _config_checks.check_override_types(configs, assignments)
+  if _PGLE_PROFILE.value and configs.task.train.profiler_capture_step is None:
+    configs.task.train.profiler_capture_step = _PGLE_DEFAULT_CAPTURE_STEP
   _config_checks.check_train(configs.task)
   _config_checks.check_model_dtypes(getattr(configs.task, 'model', None))
   return configs

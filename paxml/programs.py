@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from paxml import _program_utils
 from paxml import mfu
+from paxml import profiling
 from paxml import summary_utils
 from paxml import tasks_lib
 from paxml import trainer_lib
@@ -261,6 +262,8 @@ class BaseTrainProgram(Program):
     self._in_flight = collections.deque()
     self._first_result_callback = lambda ok: None
     self._progress = None
+    self._profiler = None
+    self._last_run_time = None
 
   def register_first_result_callback_fn(
       self, train_first_result_callback_fn: Callable[[bool], None]) -> None:
@@ -321,6 +324,15 @@ class BaseTrainProgram(Program):
         for with_summaries in (False, True)}
     self._accumulator = _program_utils.SummaryAccumulator(
         task.train.summary_accumulate_interval_steps)
+    train_p = task.train
+    self._profiler = None
+    if train_p.profiler_capture_step is not None:
+      self._profiler = profiling.Profiler(
+          num_steps=train_p.profiler_num_steps,
+          min_duration_sec=train_p.profiler_min_duration_sec,
+          max_num_hosts=train_p.profiler_max_num_hosts,
+          capture_host_profile=train_p.profiler_capture_host_profile,
+          log_dir=epath.Path(job_log_dir) / 'profile')
 
   @property
   def num_train_steps(self) -> int:
@@ -342,6 +354,8 @@ class BaseTrainProgram(Program):
     nothing here waits for the devices except at summary steps.
     """
     train_p = self._task.train
+    if self._profiler is not None:
+      self._maybe_profile(step - self._initial_step)
     batch = self._train_input.get_next_padded()
     if step == self._initial_step and train_p.enforce_input_specs:
       self._partitioner.check_input_spec(batch)
@@ -385,6 +399,16 @@ class BaseTrainProgram(Program):
   @abc.abstractmethod
   def train_input_partition_spec(self, inputs: Any) -> Any:
     """The partition specs of the training inputs."""
+
+  def _maybe_profile(self, steps_run: int) -> None:
+    """Times the steps before `profiler_capture_step`, then captures."""
+    capture_step = self._task.train.profiler_capture_step
+    now = time.perf_counter()
+    if 3 <= steps_run <= capture_step:  # Earlier steps include compiling.
+      self._profiler.update_step_moving_mean(now - self._last_run_time)
+    self._last_run_time = now
+    if steps_run == capture_step:
+      self._profiler.capture_async()
 
   def _bound_steps_in_flight(self, outputs: StepFnOutput) -> None:
     # Dispatch is asynchronous; waiting for the step `max_inflight_steps`
@@ -448,6 +472,8 @@ class BaseTrainProgram(Program):
   def shutdown(self) -> None:
     while self._in_flight:
       self._in_flight.popleft().block_until_ready()
+    if self._profiler is not None:
+      self._profiler.stop_now()
     self._writer.close()
     self._eval_writer.close()
 
