@@ -91,7 +91,8 @@ def check_decoder_params(p: DecoderHParams, where: str,
   if needs_steps and p.max_decode_steps is None:
     raise ValueError(f'{where}: fprop_for_prefix, beam search and '
                      'vanilla_sample_decode need decoder_tpl.max_decode_steps.')
-  if isinstance(p, BeamSearchHParams) and not p.fprop_for_prefix:
+  if (language_model and isinstance(p, BeamSearchHParams)
+      and not p.fprop_for_prefix):
     raise ValueError(f'{where}: beam search needs fprop_for_prefix=True.')
   if p.lazy_prefix_broadcast and not p.fprop_for_prefix:
     raise ValueError(f'{where}: decoder_tpl.lazy_prefix_broadcast needs '

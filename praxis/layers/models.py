@@ -35,6 +35,7 @@ import numpy as np
 from praxis import base_input
 from praxis import base_layer
 from praxis import base_model
+from praxis import beam_search
 from praxis import decoder_hparams
 from praxis import decoder_utils
 from praxis import pax_fiddle
@@ -443,9 +444,9 @@ class SequenceModel(base_model.BaseModel):
     _lm_decode.check_decoder_params(p, where, language_model=False)
     if getattr(p, 'cf_guidance_scale', None) is not None:
       input_batch = self._prepare_guidance_decode_data(input_batch)
-    if isinstance(p, BeamSearchHParams) or p.fprop_for_prefix:
-      raise NotImplementedError(f'{where}: only greedy and sample decoding '
-                                'without fprop_for_prefix are supported.')
+    if p.fprop_for_prefix:
+      raise NotImplementedError(f'{where}: decoding with fprop_for_prefix '
+                                'is not supported.')
     src, tgt = input_batch.src, input_batch.tgt
 
     def extend_step_fn(mdl, ids, segment_pos):
@@ -467,7 +468,15 @@ class SequenceModel(base_model.BaseModel):
         'min_decode_steps': p.min_decode_steps,
         'process_result_fn': p.process_result_fn,
     }
-    if isinstance(p, SampleDecoderHParams):
+    if isinstance(p, BeamSearchHParams):
+      # As Pax: the decoder states start from one padded target step.
+      result = beam_search.beam_search(
+          self, extend_step_fn,
+          lambda mdl, ids, paddings: mdl.model(src.ids, src.paddings, ids,
+                                               paddings),
+          transform_fn, tgt.ids[:, :1], jnp.ones_like(tgt.paddings[:, :1]),
+          p)
+    elif isinstance(p, SampleDecoderHParams):
       result = sample_decode.sample_decode(
           self, extend_step_fn, transform_fn, None,
           _lm_decode.next_token_sampler(p, input_batch), tgt.ids, tgt.paddings,

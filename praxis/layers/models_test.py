@@ -386,6 +386,25 @@ class SequenceModelTest(test_utils.TestCase):
     argmax = np.asarray(predictions.logits).argmax(-1)
     self.assertArraysEqual(argmax[:, :-1], decoded[:, 1:])
 
+    # Beam search (Pax: from the first target id, padded): the best beam's
+    # score is the teacher-forced log-likelihood of its ids.
+    (_, beams, _), _ = jax.jit(lambda v: model.apply(
+        v, batch, decoder_hparams.BeamSearchHParams(
+            beam_size=3, seqlen=T, max_decode_steps=4, eos_id=EOS,
+            length_norm_alpha=0.0),
+        method=model.decode_with_params, mutable=[DECODE_CACHE]))(variables)
+    for row in range(B):
+      ids = [int(x) for x in beams.output_ids[row, 0]]
+      ids = ids[:ids.index(EOS) + 1] if EOS in ids else ids[:4]
+      batch.tgt.ids = jnp.asarray(np.tile([tgt_ids[row, 0]] + ids[:-1],
+                                          (B, 1)))
+      _, predictions = jax.jit(lambda v, b: model.apply(v, b))(variables,
+                                                               batch)
+      logp = np_log_softmax(np.asarray(predictions.logits[row], np.float64))
+      self.assertAllClose(beams.scores[row, 0], np.float32(
+          sum(logp[t, i] for t, i in enumerate(ids))), atol=1e-4)
+      self.assertGreaterEqual(beams.scores[row, 0], beams.scores[row, 1])
+
 
 if __name__ == '__main__':
   absltest.main()
