@@ -21,6 +21,11 @@ config, initialisation, compilation, and the closing checkpoint). It prints
 every run, then per system the median over rounds, and the ratios
 (steps/s of this project over the real Pax's; the real Pax's start-up over
 this project's).
+
+With `--compilation_cache`, both systems get JAX's persistent compilation
+cache (`--jax_compilation_cache_dir`, one directory per system, filled by an
+untimed run first): the start-up of a rerun of the same experiment (a
+restart after preemption, a trial of a tuning study, an eval job).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ _ROOT = pathlib.Path(__file__).resolve().parents[1]
 _TINY_LM_DIR = _ROOT.parent / 'shared' / 'reference-pax'
 
 
-def _run(python: str, exp: str, steps: int, exp_dir: pathlib.Path) -> float:
+def _run(python: str, exp: str, steps: int, exp_dir: pathlib.Path,
+         extra_flags: tuple[str, ...] = ()) -> float:
   """Wall seconds of one `python -m paxml.main` training run of `steps`."""
   with tempfile.TemporaryDirectory() as job_dir:
     env = dict(os.environ, PYTHONPATH=str(exp_dir), TINY_STEPS=str(steps),
@@ -46,7 +52,7 @@ def _run(python: str, exp: str, steps: int, exp_dir: pathlib.Path) -> float:
     start = time.perf_counter()
     proc = subprocess.run(
         [python, '-m', 'paxml.main', f'--exp={exp}',
-         f'--job_log_dir={job_dir}'],
+         f'--job_log_dir={job_dir}', *extra_flags],
         cwd=job_dir, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
   if proc.returncode != 0:
@@ -67,6 +73,9 @@ def main() -> None:
   parser.add_argument('--short_steps', type=int, default=10)
   parser.add_argument('--long_steps', type=int, default=40)
   parser.add_argument('--rounds', type=int, default=2)
+  parser.add_argument('--compilation_cache', action='store_true',
+                      help="Time reruns with JAX's persistent compilation "
+                      'cache, warmed by an untimed run.')
   args = parser.parse_args()
   if args.long_steps <= args.short_steps:
     parser.error('--long_steps must be larger than --short_steps')
@@ -75,17 +84,26 @@ def main() -> None:
     parser.error(f'--exp_dir {exp_dir} has no {args.exp.split(".")[0]}.py')
 
   systems = {'this project': args.python, 'real Pax 1.4': args.ref_python}
+  extra = {name: () for name in systems}
+  if args.compilation_cache:
+    cache_root = pathlib.Path(tempfile.mkdtemp(prefix='xla_cache_'))
+    for i, (name, python) in enumerate(systems.items()):
+      extra[name] = (f'--jax_compilation_cache_dir={cache_root / str(i)}',
+                     '--jax_persistent_cache_min_compile_time_secs=0')
+      _run(python, args.exp, args.short_steps, exp_dir, extra[name])
   per_step = {name: [] for name in systems}
   startup = {name: [] for name in systems}
   print(f'{args.exp}: {args.short_steps} and {args.long_steps} steps, '
-        f'{args.rounds} round(s), alternating')
+        f'{args.rounds} round(s), alternating'
+        + (', warm compilation caches' if args.compilation_cache else ''))
   print(f'{"round":>5}  {"system":<14} {"T(short) s":>10} {"T(long) s":>10} '
         f'{"ms/step":>8} {"start-up s":>10}')
   for r in range(args.rounds):
     times = {name: {} for name in systems}
     for steps in (args.short_steps, args.long_steps):
       for name, python in systems.items():
-        times[name][steps] = _run(python, args.exp, steps, exp_dir)
+        times[name][steps] = _run(python, args.exp, steps, exp_dir,
+                                  extra[name])
     for name in systems:
       short, long = times[name][args.short_steps], times[name][args.long_steps]
       step = (long - short) / (args.long_steps - args.short_steps)

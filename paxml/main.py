@@ -461,6 +461,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     _main(argv)
     return
   logging.set_verbosity(logging.INFO)
+  # JAX's options as flags, as Pax's main does (--jax_compilation_cache_dir,
+  # --jax_enable_x64, ...).
+  jax.config.config_with_absl()
   _console.show_flags_in_help(__name__, _OWN_FIDDLE_FLAGS)
   main_module = sys.modules.get('__main__')
   if main_module is not None and not main_module.__doc__:

@@ -143,7 +143,12 @@ class TrainRunTest(absltest.TestCase):
 
   def test_resume_after_sigkill_matches_the_uninterrupted_run(self):
     job_dir = pathlib.Path(tempfile.mkdtemp()) / 'job'
-    common = [f'--exp={_SIGNAL_EXP}', f'--job_log_dir={job_dir}']
+    # JAX's own flags pass through as in Pax: the resumed run reads its
+    # compiled steps from the persistent compilation cache the first wrote.
+    cache_dir = job_dir.parent / 'xla_cache'
+    common = [f'--exp={_SIGNAL_EXP}', f'--job_log_dir={job_dir}',
+              f'--jax_compilation_cache_dir={cache_dir}',
+              '--jax_persistent_cache_min_compile_time_secs=0']
     # Killed while reading the batch of step 14. Checkpoint 1 is complete;
     # checkpoint 10 is complete unless the kill came before its asynchronous
     # write committed — then its temp dir must be ignored.
@@ -153,6 +158,7 @@ class TrainRunTest(absltest.TestCase):
     latest = checkpoint_paths.retrieve_latest_checkpoint_step(
         job_dir / 'checkpoints')
     self.assertIn(latest, (1, 10))
+    self.assertNotEmpty(list(cache_dir.iterdir()))
     # A half-written checkpoint (a temp dir without its commit) is ignored.
     (job_dir / 'checkpoints' / 'checkpoint_13.orbax-checkpoint-tmp-1').mkdir()
     resumed = _run_main(*common)
