@@ -31,9 +31,11 @@ Example:
   inp = base_hyperparams.instantiate(p)
   batch = inp.get_next()  # NestedMap(ids, labels, weights, paddings, ...)
 
-Not covered by tests here: everything that runs seqio (seqio and TensorFlow
-are not installed in this project's test environment). The configs, the
-import error and the pure helpers are tested.
+Tests: seqio_input_test.py (configs, the import error, pure helpers; no
+seqio needed) and seqio_input_with_seqio_test.py (rows and metrics of an
+in-test task; skipped where seqio is absent). Upstream's seqio_input_test.py
+passes but for `test_input_take_first_k` (eval_loop_num_batches > 1 with
+reset_for_eval, which `praxis.base_input` refuses).
 
 The module is longer than 800 lines because it keeps upstream's one public
 module: the input, its feature converters and the eval helpers are all
@@ -57,6 +59,7 @@ from etils import epath
 import jax
 import numpy as np
 
+from praxis import base_hyperparams
 from praxis import base_input
 from praxis import pax_fiddle
 from praxis import py_utils
@@ -66,6 +69,9 @@ NestedMap = py_utils.NestedMap
 NestedNpTensor = pytypes.NestedNpTensor
 
 SEQIO_INSTALL = "pip install 'pax-jax[seqio]'"
+SHARD_INDEX_KEY = py_utils.SHARD_INDEX_KEY
+NUM_SHARDS_KEY = py_utils.NUM_SHARDS_KEY
+INDEX_WITHIN_SHARD_KEY = py_utils.INDEX_WITHIN_SHARD_KEY
 EVAL_METRICS_PREFIX = 'scoring_eval'
 DECODE_METRICS_PREFIX = 'decoder'
 # Keys of the LanguageModel outputs that SeqIO metrics read.
@@ -115,21 +121,27 @@ def _is_padding(example: Mapping[str, Any]) -> bool:
   return all(int(example[k]) == -1 for k in py_utils.ENUM_PROVENANCE_KEYS)
 
 
-def _add_fake_enumeration(example: dict[str, Any], tf: Any) -> dict[str, Any]:
-  example[py_utils.SHARD_INDEX_KEY] = tf.constant(-1, tf.int32)
-  example[py_utils.NUM_SHARDS_KEY] = tf.constant(-1, tf.int32)
-  example[py_utils.INDEX_WITHIN_SHARD_KEY] = tf.constant(-1, tf.int64)
+def _add_fake_enumeration(example: dict[str, Any],
+                          fake_val: int = -1) -> dict[str, Any]:
+  """`example` with every provenance key set to `fake_val`."""
+  _, tf = import_seqio('SeqIOInput')
+  example[py_utils.SHARD_INDEX_KEY] = tf.constant(fake_val, tf.int32)
+  example[py_utils.NUM_SHARDS_KEY] = tf.constant(fake_val, tf.int32)
+  example[py_utils.INDEX_WITHIN_SHARD_KEY] = tf.constant(fake_val, tf.int64)
   return example
 
 
-def _enumerate_dataset(ds: Any, tf: Any, is_training: bool,
-                       shard_info: Any) -> Any:
+def _enumerate_dataset(ds: Any, is_training: bool, shard_info: Any,
+                       is_mock_tpu: bool = False) -> Any:
   """Adds the provenance keys: (shard, num shards, index within the shard).
 
-  Training examples get -1s (they are never joined to metrics).
+  Training examples get -1s (they are never joined to metrics), and with
+  `is_mock_tpu` every example 1s (a mock backend's dummy values).
   """
-  if is_training:
-    return ds.map(lambda ex: _add_fake_enumeration(ex, tf),
+  _, tf = import_seqio('SeqIOInput')
+  if is_training or is_mock_tpu:
+    fake_val = -1 if is_training else 1
+    return ds.map(lambda ex: _add_fake_enumeration(ex, fake_val),
                   num_parallel_calls=tf.data.AUTOTUNE)
   index, num_shards = (0, 1) if shard_info is None else (
       shard_info.index, shard_info.num_shards)
@@ -170,9 +182,10 @@ def maybe_update_decode_output_keys(
       keys.append(key)
   if len(keys) != len(process_decode_output):
     raise RuntimeError(
-        f'{len(keys)} non-padded examples in the batch but '
-        f'{len(process_decode_output)} pairs from process_decode_out: it must '
-        'return one pair per example with eval_sample_weights > 0.'
+        'The length of enum keys != num kv-pairs returned by '
+        f'process_decode_out: {len(keys)} non-padded examples in the batch '
+        f'but {len(process_decode_output)} pairs; it must return one pair '
+        'per example with eval_sample_weights > 0.'
     )
   return [(k, v) for k, (_, v) in zip(keys, process_decode_output)]
 
@@ -289,7 +302,9 @@ class SeqIOInput(base_input.BaseInput):
       self._check_eval_task()
     self.dataset = self._get_dataset()
     self._iter = self.dataset.as_numpy_iterator()
-    self._targets = None
+    self._cached_targets = None
+    self._num_eval_examples = self._num_eval_examples_of_all_hosts()
+    self.is_targets_init = False
 
   def _check_fields(self) -> None:
     """Config errors that need no seqio."""
@@ -302,7 +317,12 @@ class SeqIOInput(base_input.BaseInput):
       if getattr(self, field) is None:
         raise self._error(field, 'must be set')
     if self.deterministic_input:
-      raise self._error('deterministic_input', 'is not supported')
+      raise base_hyperparams.ConfigError(
+          f'SeqIOInput {self.name!r}: deterministic_input is not supported.')
+    if self.repeat and self.eval_loop_num_batches is None:
+      raise base_hyperparams.ConfigError(
+          f'SeqIOInput {self.name!r}: Dataset has eval_loop_num_batches set '
+          'to None while repeat is True. This would lead to an endless eval.')
     if self.reset_for_eval and self.repeat:
       raise self._error('repeat', 'makes an eval with reset_for_eval endless')
     if self.num_batches_to_skip is not None and self.num_batches_to_skip < 0:
@@ -315,9 +335,10 @@ class SeqIOInput(base_input.BaseInput):
     if (self.task_inst.score_metric_fns
         and isinstance(self.feature_converter, LanguageModelFeatures)
         and not self.feature_converter.weights_on_targets_only):
-      raise self._error(
-          'feature_converter', 'must set weights_on_targets_only=True for '
-          'the scoring metrics of this task')
+      raise base_hyperparams.ConfigError(
+          f'SeqIOInput {self.name!r}: All language modeling scoring evals '
+          'must set LanguageModelFeatures.weights_on_targets_only=True (the '
+          'task has score_metric_fns).')
 
   def _configure_tf_data_options(self) -> None:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -331,8 +352,9 @@ class SeqIOInput(base_input.BaseInput):
       options.experimental_symbolic_checkpoint = True
       read_config.experimental_index_shuffle = (
           self.experimental_enable_index_shuffle)
-      if self.experimental_enable_index_shuffle:
-        read_config.override_readahead = tfds.Readahead.DISABLE
+      readahead = getattr(tfds, 'Readahead', None)  # Not in every TFDS.
+      if self.experimental_enable_index_shuffle and readahead is not None:
+        read_config.override_readahead = readahead.DISABLE
     read_config.options = options
     self._seqio.set_tfds_read_config_override(read_config)
 
@@ -379,7 +401,7 @@ class SeqIOInput(base_input.BaseInput):
     ds = self.feature_converter(
         ds, task_feature_lengths=self.task_feature_lengths)
     if self.use_enumeration:  # After the converter, which drops unknown keys.
-      ds = _enumerate_dataset(ds, self._tf, self.is_training, shard_info)
+      ds = _enumerate_dataset(ds, self.is_training, shard_info)
     return ds
 
   def _get_dataset(self) -> Any:
@@ -402,7 +424,7 @@ class SeqIOInput(base_input.BaseInput):
     ex = NestedMap.FromNestedDict(ex)
     ex.eval_sample_weights = 0.0
     if self.use_enumeration:
-      ex = _add_fake_enumeration(ex, self._tf)
+      ex = _add_fake_enumeration(ex)
     if self.annotate_padding_fields and 'weights' in ex:
       ex.weights *= 0
       if 'paddings' in ex:
@@ -478,14 +500,23 @@ class SeqIOInput(base_input.BaseInput):
 
   # Metrics.
 
-  def _targets_by_enum_key(self) -> dict[str, dict[str, Any]]:
-    """Every host's eval examples as numpy, keyed by enumeration id."""
-    if self._targets is not None:
-      return self._targets
+  def _num_eval_examples_of_all_hosts(self) -> int:
+    """The examples one eval reads on all hosts: eval_loop_num_batches
+    batches each, or -1 (the whole split) when it is None / -1."""
+    n = self.eval_loop_num_batches
+    if self.is_training or n is None or n < 0:
+      return -1
+    return n * self.batch_size * self.num_infeed_hosts
+
+  def _gen_targets_artifacts(self) -> None:
+    """(Re)builds the ground truth: every host's shard, enumerated as the
+    host's input enumerates it, read round-robin from `targets_iter`."""
+    tf = self._tf
+    self._num_eval_examples = self._num_eval_examples_of_all_hosts()
     lengths = dict(self.task_feature_lengths)
     if self.eval_metrics_targets_length:
       lengths['targets'] = self.eval_metrics_targets_length
-    targets = {}
+    shards, rounds = [], 0
     for host in range(self.num_infeed_hosts):
       shard = self._seqio.ShardInfo(index=host,
                                     num_shards=self.num_infeed_hosts)
@@ -495,106 +526,139 @@ class SeqIOInput(base_input.BaseInput):
           use_cached=self.use_cached,
           trim_output_features=self.trim_output_features,
           try_in_mem_cache=self.try_in_mem_cache)
-      ds = _enumerate_dataset(ds, self._tf, False, shard)
-      for ex in ds:
-        ex = {k: _to_numpy(v, self._tf) for k, v in ex.items()}
-        targets[py_utils.get_enumeration_id(ex, pop=True)] = ex
-    self._targets = targets
+      if self.should_repeat:
+        ds, rounds = ds.repeat(), -1
+      elif rounds >= 0:
+        rounds = max(rounds, sum(1 for _ in ds))
+      shards.append(_enumerate_dataset(ds, False, shard))
+    order = tf.data.Dataset.range(self.num_infeed_hosts).repeat(rounds)
+    self.targets_ds = tf.data.Dataset.choose_from_datasets(
+        shards, order, stop_on_empty_dataset=False)
+    spec = self.targets_ds.element_spec
+    self._ragged_keys = [k for k, v in spec.items()
+                         if isinstance(v, tf.RaggedTensorSpec)]
+    self._gen_targets_iter()
+    self._cached_targets = None
+    self.is_targets_init = True
+
+  def _gen_targets_iter(self) -> None:
+    dense = [k for k in self.targets_ds.element_spec
+             if k not in self._ragged_keys]
+    self.targets_iter = self.targets_ds.map(
+        lambda ex: {k: ex[k] for k in dense}).as_numpy_iterator()
+    self._targets_iter_ragged = iter(self.targets_ds)
+
+  def _get_targets(self) -> dict[str, dict[str, Any]]:
+    """{enumeration id: example} of the examples one eval reads."""
+    if self._cached_targets is not None:
+      return self._cached_targets
+    targets = {}
+    while self._num_eval_examples < 0 or (
+        len(targets) < self._num_eval_examples):
+      try:
+        example = dict(next(self.targets_iter))
+        ragged = next(self._targets_iter_ragged) if self._ragged_keys else {}
+      except StopIteration as e:
+        if self._num_eval_examples > 0:
+          raise StopIteration(
+              f'SeqIOInput {self.name!r}: the eval data ended after '
+              f'{len(targets)} of the {self._num_eval_examples} examples '
+              'that eval_loop_num_batches asks for.') from e
+        self._gen_targets_iter()
+        break
+      for key in self._ragged_keys:
+        example[key] = _to_numpy(ragged[key], self._tf)
+      targets[py_utils.get_enumeration_id(example, pop=True)] = example
+    if self.reset_for_eval:
+      self._cached_targets = targets
     return targets
 
-  def _check_metrics_supported(self, kind: str) -> bool:
+  def _metric_fns(self, score_metrics: bool) -> Sequence[Any]:
+    """The task's score or predict metric functions; [] when metrics
+    cannot be computed here (a mixture, a packing converter)."""
     task = self._mixture_or_task_inst
     if not self.is_task:
       logging.warning('%s: metrics need a seqio.Task, got %s.', self.name,
                       type(task).__name__)
-      return False
-    if not getattr(task, f'{kind}_metric_fns'):
-      return False
+      return []
+    fns = task.score_metric_fns if score_metrics else task.predict_metric_fns
+    if not fns:
+      return []
     if is_packing_on(self.feature_converter):
       logging.error('%s: no metrics with a packing feature converter.',
                     self.name)
-      return False
-    if not (self.use_enumeration and self.reset_for_eval):
+      return []
+    if not self.use_enumeration:
       raise ValueError(
           f'SeqIOInput {self.name!r}: SeqIO metrics here need '
-          'use_enumeration=True and reset_for_eval=True.')
-    return True
+          'use_enumeration=True (outputs are joined to targets by it).')
+    return fns
 
   def compute_metrics(
       self, decoder_outputs: Sequence[tuple[str, Any]],
-      verbose_entries: int = 0, plain_text_output: TextIO | None = None,
+      score_metrics: bool = False, verbose_entries: int | None = 0,
+      plain_text_output: TextIO | None = None,
   ) -> list[Mapping[str, Any]]:
-    """The task's `predict_metric_fns` on decoded outputs.
+    """The task's predict (or score) metric functions on model outputs.
 
     Args:
-      decoder_outputs: (enumeration id, NestedMap with `decoded_substr`)
-        pairs of every host (see `maybe_update_decode_output_keys`).
+      decoder_outputs: (enumeration id, NestedMap) pairs of every host (see
+        `maybe_update_decode_output_keys`): with `decoded_substr`, or with
+        `scores` for `score_metrics`.
+      score_metrics: Run `score_metric_fns` on `scores` (padded examples
+        skipped) instead of `predict_metric_fns` on `decoded_substr`.
       verbose_entries: Examples to log.
-      plain_text_output: Where to write every example as text, if given.
+      plain_text_output: Where to write every decoded example as text.
 
     Returns:
       One metrics dict per metric function.
     """
-    if (not self._check_metrics_supported('predict') or not decoder_outputs
-        or _LM_DECODER_OUT_KEY not in decoder_outputs[0][1]):
+    fns = self._metric_fns(score_metrics)
+    key = _LM_SCORE_KEY if score_metrics else _LM_DECODER_OUT_KEY
+    if not fns or not decoder_outputs or key not in decoder_outputs[0][1]:
       return []
-    task, answers = self.task_inst, dict(decoder_outputs)
-    predictions, targets = [], []
-    for i, (key, example) in enumerate(self._targets_by_enum_key().items()):
-      if key not in answers:
-        raise ValueError(f'{self.name}: no decoder output for example {key}.')
-      answer = answers[key]
-      prediction = task.postprocess_fn(answer[_LM_DECODER_OUT_KEY],
-                                       example=example, is_target=False)
-      target = task.postprocess_fn(_target_text(example, task),
-                                   example=example, is_target=True)
-      answer['seqio_targets'] = target
-      answer['seqio_postprocessed_predictions'] = _bytes_to_str(prediction)
-      predictions.append(prediction)
+    if not self.is_targets_init:
+      self._gen_targets_artifacts()
+    task = self.task_inst
+    answers = {k: v for k, v in decoder_outputs
+               if not (score_metrics and py_utils.get_enumeration_id(v)
+                       and _is_padding(v))}
+    outputs, targets = [], []
+    for i, (enum_id, example) in enumerate(self._get_targets().items()):
+      if enum_id not in answers:
+        raise ValueError(f'{self.name}: no model output for example '
+                         f'{enum_id}.')
+      answer = answers[enum_id]
+      if score_metrics:
+        target = task.postprocess_fn(example['targets'], example=example,
+                                     is_target=True)
+        answer['seqio_postprocessed_targets'] = _bytes_to_str(target)
+        if self.log_preprocessed_targets:
+          answer['seqio_preprocessed_targets'] = _bytes_to_str(example)
+        output = answer[key]
+      else:
+        output = task.postprocess_fn(answer[key], example=example,
+                                     is_target=False)
+        target = task.postprocess_fn(_target_text(example, task),
+                                     example=example, is_target=True)
+        answer['seqio_targets'] = target
+        answer['seqio_postprocessed_predictions'] = _bytes_to_str(output)
+        if plain_text_output is not None:
+          print('---', answer.get('prefix', ''), '>>>', answer[key], 'REF',
+                target, sep='\n', file=plain_text_output)
+      outputs.append(output)
       targets.append(target)
-      if i < verbose_entries:
-        logging.info('Example %s\nMODEL=%s\nLABEL=%s', key, prediction, target)
-      if plain_text_output is not None:
-        print('---', answer.get('prefix', ''), '>>>',
-              answer[_LM_DECODER_OUT_KEY], 'REF', target, sep='\n',
-              file=plain_text_output)
-    return [fn(targets, predictions) for fn in task.predict_metric_fns]
+      if verbose_entries and i < verbose_entries:
+        logging.info('Example %s\nMODEL=%s\nTARGET=%s', enum_id, output,
+                     target)
+    return [fn(targets, outputs) for fn in fns]
 
   def compute_metrics_eval(
       self, eval_outputs: Sequence[tuple[str, Any]], verbose_entries: int = 0
   ) -> list[Mapping[str, Any]]:
-    """The task's `score_metric_fns` on scored targets.
-
-    Args:
-      eval_outputs: (enumeration id, NestedMap with `scores`) pairs of every
-        host; padded examples are skipped.
-      verbose_entries: Examples to log.
-
-    Returns:
-      One metrics dict per metric function.
-    """
-    if (not self._check_metrics_supported('score') or not eval_outputs
-        or _LM_SCORE_KEY not in eval_outputs[0][1]):
-      return []
-    task = self.task_inst
-    answers = {k: v for k, v in eval_outputs
-               if not (py_utils.get_enumeration_id(v) and _is_padding(v))}
-    scores, targets = [], []
-    for i, (key, example) in enumerate(self._targets_by_enum_key().items()):
-      if key not in answers:
-        raise ValueError(f'{self.name}: no eval output for example {key}.')
-      target = task.postprocess_fn(example['targets'], example=example,
-                                   is_target=True)
-      answer = answers[key]
-      answer['seqio_postprocessed_targets'] = _bytes_to_str(target)
-      if self.log_preprocessed_targets:
-        answer['seqio_preprocessed_targets'] = _bytes_to_str(example)
-      scores.append(answer[_LM_SCORE_KEY])
-      targets.append(target)
-      if i < verbose_entries:
-        logging.info('Example %s: target=%s score=%s', key, target,
-                     answer[_LM_SCORE_KEY])
-    return [fn(targets, scores) for fn in task.score_metric_fns]
+    """`compute_metrics(eval_outputs, score_metrics=True, ...)`."""
+    return self.compute_metrics(eval_outputs, score_metrics=True,
+                                verbose_entries=verbose_entries)
 
 
 def _max_over_hosts(value: int) -> int:
@@ -667,11 +731,14 @@ def process_outputs(
   seqio, _ = import_seqio('process_outputs')
   if metric_type is MetricType.SCORE:
     prefix = EVAL_METRICS_PREFIX
-    results = inp.compute_metrics_eval(model_outputs, verbose_entries)
+    results = inp.compute_metrics(model_outputs, score_metrics=True,
+                                  verbose_entries=verbose_entries)
   elif metric_type is MetricType.PREDICT:
     prefix = DECODE_METRICS_PREFIX
     text = io.StringIO()
-    results = inp.compute_metrics(model_outputs, verbose_entries, text)
+    results = inp.compute_metrics(model_outputs,
+                                  verbose_entries=verbose_entries,
+                                  plain_text_output=text)
     if plain_text_output_fname:
       path = epath.Path(plain_text_output_fname)
       path.parent.mkdir(parents=True, exist_ok=True)

@@ -67,7 +67,7 @@ class WithoutSeqioTest(test_utils.TestCase):
         ({'mixture_name': None}, 'set exactly one of mixture_name'),
         ({'split_name': None}, 'split_name=None must be set'),
         ({'feature_converter': None}, 'feature_converter=None must be set'),
-        ({'deterministic_input': True}, 'deterministic_input=True is not'),
+        ({'deterministic_input': True}, 'deterministic_input is not supported'),
         ({'is_training': False, 'reset_for_eval': True, 'repeat': True},
          'repeat=True makes an eval with reset_for_eval endless'),
         ({'num_batches_to_skip': -1}, 'num_batches_to_skip=-1 must be'),

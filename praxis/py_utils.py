@@ -266,7 +266,10 @@ def get_enumeration_id(
   if not all(k in example for k in ENUM_PROVENANCE_KEYS):
     return None
   get = example.pop if pop else example.__getitem__
-  return '/'.join(f'{k}={int(get(k))}' for k in ENUM_PROVENANCE_KEYS)
+  # .item(): a size-1 array too (a batch of 1), which int() refuses in
+  # NumPy >= 2.
+  return '/'.join(f'{k}={int(np.asarray(get(k)).item())}'
+                  for k in ENUM_PROVENANCE_KEYS)
 
 
 # ----------------------------------------------------------------------------
