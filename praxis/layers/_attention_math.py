@@ -8,6 +8,11 @@ names:
     limited_context_mask, merge_masks, shift_1d;
   math: per_dim_scale, cap_logits, softmax_with_extra_logit,
     relative_position_bucket, causal_depthwise_conv1d, dot_product_attention.
+
+Also the decode-cache helpers that the attention layers of `attentions` and
+`multi_query_attention` share (not re-exported): rotary_key_name,
+fprop_update_decode_state, write_decode_state, transform_decode_states,
+output_projection.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from jax import numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 import numpy as np
 
+from praxis import base_layer
 from praxis import py_utils
 from praxis import pytypes
 
@@ -349,3 +355,72 @@ def dot_product_attention(
     keep = 1 - _fully_masked(atten_mask).astype(encoded.dtype)
     encoded = encoded * keep[:, :, None, None]
   return encoded, probs
+
+
+# ---------------------------------------------------------------------------
+# Decode-cache helpers shared by the attention layers.
+# ---------------------------------------------------------------------------
+
+
+def rotary_key_name(consolidate_rope_key_state: bool) -> str:
+  """The cache entry of the rotated keys: 'key_state' when consolidated
+  (the unrotated keys are then not kept), else 'key_post_rotary_pos_emb'."""
+  if consolidate_rope_key_state:
+    return 'key_state'
+  return 'key_post_rotary_pos_emb'
+
+
+def fprop_update_decode_state(layer: base_layer.BaseLayer, name: str,
+                              value: JTensor) -> None:
+  """Stores `value` as `layer`'s cache entry `name` in a forward pass, when
+  the layer keeps a cache (`decode_cache`) and the collection is mutable."""
+  if layer.decode_cache and layer.is_mutable_collection(
+      base_layer.DECODE_CACHE):
+    layer.update_decode_state(name, value)
+
+
+def write_decode_state(layer: base_layer.BaseLayer, name: str, value: JTensor,
+                       time_step: JTensor, time_dim: int) -> JTensor:
+  """Writes `value` at `time_step` of `layer`'s cache entry `name`.
+
+  Args:
+    layer: The attention layer.
+    name: The entry, e.g. [B, S, N, H] (or [B, S, H] with one KV head).
+    value: One step without the time dim (e.g. [B, N, H]), or steps with it.
+    time_step: Scalar index into the time dim.
+    time_dim: The time dim of the entry.
+
+  Returns:
+    The updated entry.
+  """
+  state = layer.get_decode_state(name)
+  if value.ndim == state.ndim - 1:
+    value = jnp.expand_dims(value, time_dim)
+  indices = [0] * state.ndim
+  indices[time_dim] = jnp.asarray(time_step, jnp.int32)
+  new_state = jax.lax.dynamic_update_slice(
+      state, value.astype(state.dtype), indices)
+  layer.update_decode_state(name, new_state)
+  return new_state
+
+
+def transform_decode_states(
+    layer: base_layer.BaseLayer,
+    transform_fn: base_layer.DecodeStateTransformFn,
+    shard_fn: Callable[[JTensor], JTensor]) -> None:
+  """Replaces each of `layer`'s cache entries x by
+  `shard_fn(transform_fn(x, 0, 1))` (batch dim 0, time dim 1)."""
+  cache = layer.variables.get(base_layer.DECODE_CACHE, {})
+  for name, state in cache.items():
+    if isinstance(state, jax.Array):
+      layer.update_decode_state(name, shard_fn(transform_fn(state, 0, 1)))
+
+
+def output_projection(
+    post: Callable[[JTensor], JTensor], encoded: JTensor,
+    shard_context: Callable[[JTensor], JTensor],
+    shard_output: Callable[[JTensor], JTensor]) -> JTensor:
+  """The tail of an attention's forward pass: the context [B, T, N, H]
+  (sharded, named 'context') through `post` to [B, T, D] ('out_proj')."""
+  encoded = checkpoint_name(shard_context(encoded), 'context')
+  return checkpoint_name(shard_output(post(encoded)), 'out_proj')

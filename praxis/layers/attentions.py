@@ -913,23 +913,17 @@ class DotProductAttention(base_layer.BaseLayer):
     encoded, probs = self._attend(
         query, key, value, atten_mask, relative_bias, dropout=True
     )
-    encoded = checkpoint_name(self._shard_blnh(encoded), 'context')
-    encoded = self._shard_bld(self.post(encoded))
-    return checkpoint_name(encoded, 'out_proj'), probs
+    return _attention_math.output_projection(
+        self.post, encoded, self._shard_blnh, self._shard_bld), probs
 
   # -- Decoding ---------------------------------------------------------------
 
   def _rotary_key_name(self) -> str:
-    if self.consolidate_rope_key_state:
-      return 'key_state'
-    return 'key_post_rotary_pos_emb'
+    return _attention_math.rotary_key_name(self.consolidate_rope_key_state)
 
   def _fprop_update_decode_state(self, name: str, value: JTensor) -> None:
     """Stores `value` in the decoder cache when it is mutable."""
-    if self.decode_cache and self.is_mutable_collection(
-        base_layer.DECODE_CACHE
-    ):
-      self.update_decode_state(name, value)
+    _attention_math.fprop_update_decode_state(self, name, value)
 
   def extend_decode_state(
       self, name: str, value: JTensor, time_step: JTensor, time_dim: int
@@ -945,16 +939,8 @@ class DotProductAttention(base_layer.BaseLayer):
     Returns:
       The updated entry.
     """
-    if value.ndim == time_dim + 2:
-      value = jnp.expand_dims(value, time_dim)
-    state = self.get_decode_state(name)
-    indices = [0] * value.ndim
-    indices[time_dim] = jnp.asarray(time_step, jnp.int32)
-    new_state = jax.lax.dynamic_update_slice(
-        state, value.astype(state.dtype), indices
-    )
-    self.update_decode_state(name, new_state)
-    return new_state
+    return _attention_math.write_decode_state(self, name, value, time_step,
+                                              time_dim)
 
   def decoding_state_sequence_length(self) -> int:
     """The length of the cached sequences."""
@@ -1119,11 +1105,8 @@ class DotProductAttention(base_layer.BaseLayer):
     Args:
       transform_fn: Called with (state, batch_dim, time_dim).
     """
-    cache = self.variables.get(base_layer.DECODE_CACHE, {})
-    for name, state in cache.items():
-      if isinstance(state, jax.Array):
-        new_state = self._shard_blnh(transform_fn(state, 0, 1))
-        self.update_decode_state(name, new_state)
+    _attention_math.transform_decode_states(self, transform_fn,
+                                            self._shard_blnh)
 
   def lazy_broadcast_prefix(
       self, num_suffix_samples: int, suffix_length: int

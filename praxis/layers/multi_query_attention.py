@@ -33,6 +33,7 @@ from jax.ad_checkpoint import checkpoint_name
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import pytypes
+from praxis.layers import _attention_math as attn_math
 from praxis.layers import attentions
 from praxis.layers import base_ops
 from praxis.layers import embedding_softmax
@@ -437,22 +438,17 @@ class MultiQueryDotProductAttention(base_layer.BaseLayer):
                                        relative_bias, dropout=True)
       if self.num_kv_heads > 1 and probs is not None:
         probs = probs.reshape(b, t, self.num_heads, s)
-    encoded = checkpoint_name(self._shard_blnh(encoded), 'context')
-    encoded = self._shard_bld(self.post(encoded))
-    return checkpoint_name(encoded, 'out_proj'), probs
+    return attn_math.output_projection(
+        self.post, encoded, self._shard_blnh, self._shard_bld), probs
 
   # -- Decoding ---------------------------------------------------------------
 
   def _rotary_key_name(self) -> str:
-    if self.consolidate_rope_key_state:
-      return 'key_state'
-    return 'key_post_rotary_pos_emb'
+    return attn_math.rotary_key_name(self.consolidate_rope_key_state)
 
   def _fprop_update_decode_state(self, name: str, value: JTensor) -> None:
     """Stores `value` in the decoder cache when it is mutable."""
-    if self.decode_cache and self.is_mutable_collection(
-        base_layer.DECODE_CACHE):
-      self.update_decode_state(name, value)
+    attn_math.fprop_update_decode_state(self, name, value)
 
   def decoding_state_sequence_length(self) -> int:
     """The length of the cached sequences."""
@@ -477,15 +473,8 @@ class MultiQueryDotProductAttention(base_layer.BaseLayer):
     Returns:
       The updated entry.
     """
-    state = self.get_decode_state(name)
-    if value.ndim == state.ndim - 1:
-      value = jnp.expand_dims(value, time_dim)
-    indices = [0] * state.ndim
-    indices[time_dim] = jnp.asarray(time_step, jnp.int32)
-    new_state = jax.lax.dynamic_update_slice(
-        state, value.astype(state.dtype), indices)
-    self.update_decode_state(name, new_state)
-    return new_state
+    return attn_math.write_decode_state(self, name, value, time_step,
+                                        time_dim)
 
   def _cached_kv(self, name: str, batch: int) -> JTensor:
     """The cached keys or values for a query batch of `batch`."""
@@ -588,11 +577,7 @@ class MultiQueryDotProductAttention(base_layer.BaseLayer):
   def transform_decode_state(
       self, transform_fn: DecodeStateTransformFn) -> None:
     """Replaces each cached state by `transform_fn(state, 0, 1)`."""
-    cache = self.variables.get(base_layer.DECODE_CACHE, {})
-    for name, state in cache.items():
-      if isinstance(state, jax.Array):
-        self.update_decode_state(
-            name, self._shard_kv(transform_fn(state, 0, 1)))
+    attn_math.transform_decode_states(self, transform_fn, self._shard_kv)
 
   def lazy_broadcast_prefix(
       self, num_suffix_samples: int, suffix_length: int) -> None:
