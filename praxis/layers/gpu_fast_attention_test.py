@@ -101,6 +101,26 @@ class FusedAttentionTest(test_utils.TestCase):
     self.assertIsNone(probs)
     self.assertAllClose(got, want, atol=1e-5)
 
+  @absltest.skipIf(jax.default_backend() != 'gpu',
+                   'cuDNN attention needs a GPU (CI has none).')
+  def test_cudnn_bf16_equals_plain_on_gpu(self):
+    # Shapes cuDNN's flash attention accepts: head dim 64, sequence 128.
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 128, 256)).astype(np.float32)
+    paddings = np.zeros((2, 128), np.float32)
+    paddings[1, 100:] = 1
+    mask = jnp.minimum(attentions.causal_mask(x),
+                       attentions.convert_paddings_to_mask(paddings))
+    kw = dict(input_dim=256, hidden_dim=256, num_heads=4,
+              fprop_dtype=jnp.bfloat16)
+    (want, _), (got, _), *_ = pair(
+        attentions.DotProductAttention, gfa.GpuCudnnFusedDotProductAttention,
+        x, mask, **kw)
+    self.assertEqual(gfa.default_implementation(jnp.bfloat16), 'cudnn')
+    self.assertAllClose(np.asarray(got, np.float32)[:, :100],
+                        np.asarray(want, np.float32)[:, :100],
+                        atol=3e-2, rtol=3e-2)
+
   def test_implementation_choice(self):
     expected = 'cudnn' if jax.default_backend() == 'gpu' else 'xla'
     self.assertEqual(gfa.default_implementation(jnp.bfloat16), expected)
