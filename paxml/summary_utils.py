@@ -71,17 +71,39 @@ writing_to = _summary_writers.writing_to
 _FLUSH_SECS = 10
 
 
-class _NoOpSummaryWriter:
+class _DefaultWhileEntered:
+  """`with writer:` makes it the writer that `write_*` functions use, as
+  Pax's `with get_summary_writer(dir):` does; leaving the block restores the
+  previous one (and closes a real writer)."""
+
+  def __enter__(self) -> Self:
+    context = _summary_writers.writing_to(self)
+    context.__enter__()
+    self.__dict__.setdefault('_pax_contexts', []).append(context)
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.__dict__['_pax_contexts'].pop().__exit__(*exc)
+    self._close_on_exit()
+
+  def _close_on_exit(self) -> None:
+    pass
+
+
+class _NoOpSummaryWriter(_DefaultWhileEntered):
   """Takes every `tensorboardX.SummaryWriter` call and writes nothing."""
 
   def __getattr__(self, name: str) -> Any:
+    if name.startswith('__'):
+      raise AttributeError(name)
     return lambda *args, **kwargs: None
 
-  def __enter__(self) -> Self:
-    return self
 
-  def __exit__(self, *exc: object) -> None:
-    pass
+class _SummaryWriter(_DefaultWhileEntered, tensorboardX.SummaryWriter):
+  """A tensorboardX writer that is also the default inside `with`."""
+
+  def _close_on_exit(self) -> None:
+    self.close()
 
 
 def get_summary_writer(
@@ -94,14 +116,15 @@ def get_summary_writer(
     enable_summary_writer: False gives the no-op writer on every process.
 
   Returns:
-    The writer (also a context manager that closes it). Events reach the disk
-    within about ten seconds, and all of them on `close()`.
+    The writer. As a context manager (Pax's `with get_summary_writer(d):`)
+    it is the writer that the `write_*` functions use inside the block, and
+    is closed at its end. Events reach the disk within about ten seconds,
+    and all of them on `close()`.
   """
   if not enable_summary_writer or jax.process_index() != 0:
     return _NoOpSummaryWriter()
   logging.info('Writing summaries to %s', summary_dir)
-  return tensorboardX.SummaryWriter(
-      logdir=str(summary_dir), flush_secs=_FLUSH_SECS)
+  return _SummaryWriter(logdir=str(summary_dir), flush_secs=_FLUSH_SECS)
 
 
 def flatten_summary_dict(
@@ -315,6 +338,7 @@ _CLU_VALUE_TYPES = {
     'Text': SummaryType.TEXT,
     'Histogram': SummaryType.HISTOGRAM,
     'Audio': SummaryType.AUDIO,
+    'Summary': SummaryType.VIDEO,  # As Pax: a clu Summary is a video (GIF).
 }
 
 

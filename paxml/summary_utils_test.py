@@ -4,6 +4,7 @@ import importlib.util
 import io
 import os
 import shutil
+import sys
 import tempfile
 import types
 
@@ -15,6 +16,7 @@ import numpy as np
 from paxml import base_metrics
 from paxml import summary_utils
 from PIL import Image
+from praxis import base_layer
 from praxis import test_utils
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -120,6 +122,26 @@ class SummaryUtilsTest(test_utils.TestCase):
       summary_utils.write_text(writer, 0, 'Model', 'text')
     self.assertEqual(os.listdir(self.logdir), [])
 
+  def test_with_writer_is_the_default_inside_the_block(self):
+    # Pax's form: `with get_summary_writer(dir):` then write_* calls that
+    # take no writer.
+    with summary_utils.get_summary_writer(self.logdir):
+      summary_utils.write_summary_tensor(3, 'inside', 2.5,
+                                         base_layer.SummaryType.SCALAR)
+      with summary_utils.get_summary_writer(
+          self.logdir, enable_summary_writer=False):  # Nested: it wins.
+        summary_utils.write_summary_tensor(3, 'nested', 1.0,
+                                           base_layer.SummaryType.SCALAR)
+      summary_utils.write_summary_tensor(4, 'inside', 3.5,
+                                         base_layer.SummaryType.SCALAR)
+    acc = event_accumulator.EventAccumulator(self.logdir)
+    acc.Reload()  # The writer was closed at the block's end.
+    self.assertEqual(_scalars(acc), {'inside': [(3, 2.5), (4, 3.5)]})
+    if 'tensorflow' not in sys.modules:
+      with self.assertRaisesRegex(ValueError, 'No summary writer'):
+        summary_utils.write_summary_tensor(5, 'outside', 1.0,
+                                           base_layer.SummaryType.SCALAR)
+
   @parameterized.parameters(
       (None, False, {4: 4.0, 8: 8.0}, {4: 4.0, 8: 8.0}),
       # Steps 2 and 4, then 6 and 8: metric (2*2 + 4*4) / (2 + 4) = 20 / 6.
@@ -187,6 +209,18 @@ class SummaryUtilsTest(test_utils.TestCase):
     # (1 + 3 + 6 * 2) / (1 + 1 + 2) = 4.
     self.assertEqual(_scalars(_read(writer, self.logdir))['Metrics/acc'],
                      [(2, 4.0)])
+
+  @absltest.skipIf(importlib.util.find_spec('clu') is None, 'needs clu')
+  def test_clu_video_summary_is_skipped_and_the_rest_written(self):
+    from clu import values as clu_values  # pylint: disable=g-import-not-at-top
+    video = clu_values.Summary(value=np.array(['2', '2', 'xx']),
+                               metadata=None)
+    with summary_utils.get_summary_writer(self.logdir):
+      summary_utils.write_clu_metric_summaries(
+          {'clip': video, 'acc': clu_values.Scalar(0.75)}, step_i=7)
+    acc = event_accumulator.EventAccumulator(self.logdir)
+    acc.Reload()
+    self.assertEqual(_scalars(acc), {'Metrics/acc': [(7, 0.75)]})
 
   def test_model_texts(self):
     writer = self._writer()
