@@ -70,21 +70,26 @@ class PydocMoeLm(pydoc_lm.PydocTransformerLm):
 
 @experiment_registry.register
 class PydocMoeLmTest(PydocMoeLm):
-  """A short run, for tests: a narrow model (60 steps; log-perplexity about
-  0.5 below the unigram baseline)."""
+  """A short run, for tests: a narrow model (40 steps; log-perplexity about
+  0.5 below the unigram baseline).
+
+  It compiles as few programs as it can: summaries at every step (one train
+  step program instead of two) and no evaluation on the training data.
+  """
 
   SEQ_LEN = 64
   BATCH_SIZE = 16
   MODEL_DIMS = 32
   HIDDEN_DIMS = 64
-  NUM_TRAIN_STEPS = 60
+  NUM_TRAIN_STEPS = 40
   WARMUP_STEPS = 5
-  LEARNING_RATE = 3e-2
+  LEARNING_RATE = 4e-2
 
   def task(self):
     task_p = super().task()
     train = task_p.train
     train.eval_interval_steps = self.NUM_TRAIN_STEPS
-    train.summary_interval_steps = 20
+    train.eval_skip_train = True
+    train.summary_interval_steps = 1
     train.save_interval_steps = self.NUM_TRAIN_STEPS
     return task_p
