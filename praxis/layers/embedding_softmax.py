@@ -590,7 +590,8 @@ class FullSoftmax(base_layer.BaseLayer):
       NestedMap of logits and log_probs [..., num_classes];
       per_example_argmax, per_example_xent and per_example_weight [...];
       scalars total_xent, total_weight, avg_xent = total_xent / total_weight;
-      and z_loss when `z_loss_weight` > 0.
+      accuracy (weighted share of argmax == class_ids) when class_ids are
+      given; and z_loss when `z_loss_weight` > 0.
     """
     if class_ids is None and class_probabilities is None:
       raise ValueError(
@@ -605,6 +606,10 @@ class FullSoftmax(base_layer.BaseLayer):
     else:
       out, z = self._full(inputs, class_ids, class_probabilities, weights,
                           input_ids)
+    if class_ids is not None:  # As Pax: weighted argmax accuracy.
+      hits = out.per_example_argmax == _per_example(class_ids, shape,
+                                                    'class_ids')
+      out.accuracy = jnp.sum(hits * weights) / out.total_weight
     if self.z_loss_weight > 0.0:
       z_loss = self.z_loss_weight * jnp.sum(z * out.per_example_weight) / (
           out.total_weight
@@ -773,7 +778,9 @@ class SigmoidCrossEntropy(base_layer.BaseLayer):
     if class_probabilities is None:
       ids = _per_example(class_ids, tuple(inputs.shape[:-1]), 'class_ids')
       class_probabilities = jax.nn.one_hot(ids, self.num_classes)
-    if class_weights.shape[-1] == self.num_classes and self.num_classes > 1:
+    # As Pax, a trailing dim equal to num_classes means per-class weights,
+    # also for num_classes == 1 (then per_example_xent is weighted).
+    if class_weights.shape[-1] == self.num_classes:
       per_class, weights = class_weights, jnp.ones(class_weights.shape[:-1])
     else:
       per_class = 1.0

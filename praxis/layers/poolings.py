@@ -70,9 +70,11 @@ def pool_2d(
 ) -> tuple[JTensor, JTensor | None]:
   """Max or average pooling of NHWC `inputs` over H and W.
 
-  Average pooling divides by the number of in-bounds, non-padded entries of
-  each window. Padded rows (paddings over H) never contribute; output rows
-  whose window is all padding are zero.
+  Average pooling divides the window sum by the number of in-bounds,
+  non-padded entries of the window; as in Pax, the sum itself includes the
+  values of padded rows (paddings over H), which max pooling ignores. Output
+  rows whose window is all padding, and padded output rows, are zero.
+  Integer inputs average to float32.
 
   Args:
     inputs: [B, H, W, C].
@@ -96,7 +98,7 @@ def pool_2d(
       x = jnp.where(valid > 0, inputs, _lowest(inputs.dtype))
     out = _window_max(x, window, stride, padding)
   else:
-    x = inputs if valid is None else inputs * valid
+    x = inputs
     if valid is None:
       valid = jnp.ones((1,) + inputs.shape[1:3] + (1,), inputs.dtype)
     else:
@@ -104,7 +106,8 @@ def pool_2d(
     count = _window_sum(valid, window, stride, padding)
     out = _window_sum(x, window, stride, padding)
     out = out * jnp.where(count > 0, 1.0 / jnp.maximum(count, 1), 0)
-    out = out.astype(inputs.dtype)
+    if jnp.issubdtype(inputs.dtype, jnp.inexact):  # As Pax: int -> float32.
+      out = out.astype(inputs.dtype)
   if paddings is None:
     return out, None
   if window_stride[0] > 1 or padding == 'VALID':
