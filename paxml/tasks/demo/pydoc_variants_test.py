@@ -22,7 +22,9 @@ STEPS = 100
 
 
 class _Tiny:
-  """Shrinks a demo experiment to a run of seconds."""
+  """Shrinks a demo experiment to a run of seconds, compiling as few programs
+  as it can (summaries at every step: one train-step program; no evaluation
+  on the training data)."""
 
   MODEL_DIMS = 64
   HIDDEN_DIMS = 128
@@ -40,7 +42,8 @@ class _Tiny:
     train_p = task_p.train
     steps = self.NUM_TRAIN_STEPS
     train_p.eval_interval_steps = train_p.save_interval_steps = steps
-    train_p.summary_interval_steps = steps
+    train_p.summary_interval_steps = 1
+    train_p.eval_skip_train = True
     return task_p
 
 
