@@ -34,6 +34,7 @@ from jax import numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from praxis import base_layer
+from praxis import gshard_utils
 from praxis import pax_fiddle
 from praxis import pytypes
 from praxis.layers import activations as activations_lib
@@ -382,13 +383,16 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     residual_weight: Weight of the block's output in the residual sum.
     norm_policy: 'pre', 'post' or 'primer_hybrid'.
     residual_droppath_prob: Probability of dropping the block per example.
-    gating_func: 'top2' or 'dense_top2' (the same here).
+    gating_func: 'top2' or 'dense_top2' (the same here), or 'expert_choice'
+      (each expert takes the S / E * unadjusted_expert_capacity_factor
+      tokens of its group it rates best; no load-balancing loss).
     num_experts: E.
     num_groups: Routing groups of the load-balancing loss (its means are
       per group of consecutive tokens; routing itself is per token).
     min_group_size: If set, fewer groups when they would hold fewer tokens.
     expert_capacity_dim: Kept for configs (no capacity limit).
-    unadjusted_expert_capacity_factor: Kept for configs.
+    unadjusted_expert_capacity_factor: Capacity factor of 'expert_choice'
+      (kept for configs with top2).
     expert_weight_shards: Must be 1.
     second_expert_policy: Only 'all'.
     internal_gshard_variance_scaling_fan_in_init: Initialise the weights
@@ -450,8 +454,9 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
         (self.input_dims > 0 and self.hidden_dims > 0,
          'input_dims and hidden_dims must be positive'),
         (self.num_experts > 1, 'num_experts must be at least 2'),
-        (self.gating_func in ('top2', 'dense_top2'),
-         f'gating_func {self.gating_func!r} is not supported (top2 only)'),
+        (self.gating_func in ('top2', 'dense_top2', 'expert_choice'),
+         f'gating_func {self.gating_func!r} is not supported (top2, '
+         'dense_top2 or expert_choice)'),
         (self.expert_weight_shards == 1, 'expert_weight_shards must be 1'),
         (self.second_expert_policy == 'all',
          "second_expert_policy must be 'all'"),
@@ -502,6 +507,8 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
   def _experts(self, x: JTensor, paddings: JTensor | None,
                num_groups: int) -> tuple[JTensor, JTensor]:
     """Top-2 mixture of the experts at each token of x [..., D]."""
+    if self.gating_func == 'expert_choice':
+      return self._expert_choice(x, num_groups)
     logits = jnp.einsum('...m,me->...e', x, self.theta.gate)
     logits = attentions.cap_logits(logits, self.gating_logit_cap)
     gates, aux_loss = top2_gating(logits, paddings, num_groups)
@@ -514,6 +521,30 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     hidden = self.relu_dropout(hidden)
     weighted = hidden * gates.astype(hidden.dtype)[..., None]
     return jnp.einsum('...eh,ehm->...m', weighted, self.theta.wo_0), aux_loss
+
+  def _hidden(self, x: JTensor, spec: str) -> JTensor:
+    """The experts' activated hidden layer; `spec` maps x to [.., E, .., H]."""
+    hidden = jnp.einsum(spec, x, self.theta.wi_0)
+    if self.use_gated_activation:
+      gate = jnp.einsum(spec, x, self.theta.wi_gate_0)
+      return self.relu_dropout(self.activation(gate) * hidden)
+    return self.relu_dropout(self.activation(hidden))
+
+  def _expert_choice(self, x: JTensor,
+                     num_groups: int) -> tuple[JTensor, JTensor]:
+    """Expert-choice routing (arXiv:2202.09368) of x [..., D] in groups."""
+    grouped = x.reshape(num_groups, -1, x.shape[-1])  # [G, S, M]
+    logits = jnp.einsum('gsm,me->gse', grouped, self.theta.gate)
+    aux_loss, gates, dispatch = gshard_utils.expert_choice_gating_on_logits(
+        logits, self.num_experts, self.expert_capacity_dim, self.fprop_dtype,
+        capacity_factor=self.unadjusted_expert_capacity_factor)
+    dispatch = dispatch.astype(x.dtype)
+    expert_in = jnp.einsum('gecs,gsm->egcm', dispatch, grouped)
+    hidden = self._hidden(expert_in, 'egcm,emh->egch')
+    expert_out = jnp.einsum('egch,ehm->egcm', hidden, self.theta.wo_0)
+    out = jnp.einsum('egcm,gecs,gec->gsm', expert_out, dispatch,
+                     gates.astype(x.dtype))
+    return out.reshape(x.shape), aux_loss
 
   def __call__(
       self,

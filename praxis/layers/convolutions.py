@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import py_utils
@@ -175,9 +176,10 @@ def conv_output_paddings(
     return jnp.pad(
         picked, [(0, 0), (0, out_length - picked.shape[1])], constant_values=1
     )
-  starts = jnp.arange(0, length - filter_size + 1, stride)
-  idx = starts[:, None] + jnp.arange(filter_size)[None, :]
-  return jnp.min(paddings[:, idx], axis=-1)
+  # Static (numpy) indices: `paddings` may be a numpy array under a trace.
+  starts = np.arange(0, length - filter_size + 1, stride)
+  idx = starts[:, None] + np.arange(filter_size)[None, :]
+  return jnp.min(jnp.asarray(paddings)[:, idx], axis=-1)
 
 
 def depthwise_conv1d(

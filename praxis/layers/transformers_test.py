@@ -116,9 +116,11 @@ class MasksTest(test_utils.TestCase):
         x, paddings, True, seg_mask, jnp.zeros((B, 3, D)), cross_pad
     )
     t, s = np.arange(T)[:, None], np.arange(T)[None, :]
+    # As in Pax, merging the padding mask with a [T, T] mask also masks the
+    # padded queries' rows.
     allowed = (s <= t) & (paddings[:, None, :] == 0) & (
         seg[:, :, None] == seg[:, None, :]
-    )
+    ) & (paddings[:, :, None] == 0)
     self.assertArraysEqual(np.asarray(mask[:, 0]) == 0, allowed)
     self.assertArraysEqual(
         np.asarray(cross)[:, 0, 0] == 0, cross_pad == 0
@@ -235,7 +237,7 @@ class TransformerTest(test_utils.TestCase):
     t = np.arange(T)
     allowed = (t[None, None, :] <= t[None, :, None]) & (
         paddings[:, None, :] == 0
-    )
+    ) & (paddings[:, :, None] == 0)  # padded query rows masked, as in Pax
     ref = np_transformer(variables['params'], x, paddings, allowed)
     self.assertAllClose(out, ref, atol=2e-5, rtol=1e-4)
     self.assertEqual(probs.self_atten.shape, (B, HEADS, T, T))
