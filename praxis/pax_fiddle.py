@@ -53,12 +53,16 @@ from typing import Any, Callable, Generic, TypeVar
 
 import fiddle as fdl
 from fiddle import daglish
+from fiddle import history
 from fiddle import signatures
 from fiddle.experimental import auto_config as fdl_auto_config
 from fiddle.experimental import auto_config_policy
 from flax.linen import module as flax_module
 
 T = TypeVar('T')
+
+# Field histories name the caller of Config.__setattr__, not this file.
+history.add_exclude_location('praxis/pax_fiddle.py')
 
 # Re-exports of fiddle, as praxis.pax_fiddle offers them.
 add_tag = fdl.add_tag
