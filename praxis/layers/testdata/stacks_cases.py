@@ -23,8 +23,11 @@ from praxis import pax_fiddle
 from praxis import py_utils
 from praxis.layers import activations
 from praxis.layers import attentions
+from praxis.layers import bregman
+from praxis.layers import conformers
 from praxis.layers import convolutions
 from praxis.layers import embedding_softmax
+from praxis.layers import ngrammer
 from praxis.layers import transformer_models
 from praxis.layers import transformers
 
@@ -285,6 +288,18 @@ CASES = {
             position_emb=embedding_softmax.TrainablePositionalEmbedding),
         'lm'),
     'encoder_decoder': (_encdec, 'encdec_extend'),
+    # conformers_test and ngrammer_test classes without other fixtures
+    'context_xl_attention': (
+        lambda: Config(conformers.DotProductAttentionWithContextXL,
+                       name='atten', input_dim=D, hidden_dim=D, num_heads=2,
+                       rel_pos_emb_dim=4, left_context=3, right_context=1),
+        'atten'),
+    'bregman_compression': (
+        lambda: Config(ngrammer.BregmanCompression, name='bregman',
+                       num_heads=2, dim_per_head=4, num_components=2,
+                       activation_type=bregman.ActivationType.LEAKY_RELU,
+                       negative_slope=0.1, start_step=0, end_step=10,
+                       constant_lr_schedule=True), 'heads'),
 }
 
 
@@ -331,6 +346,12 @@ def _call(layer, kind, a):
     return (a['x1d'], a['pad1d']), {}
   if kind == 'ffn':
     return (a['x'], a['paddings']), {}
+  if kind == 'atten':
+    mask = attentions.convert_paddings_to_mask(a['paddings'])
+    mask = jnp.minimum(mask, jnp.swapaxes(mask, 2, 3))
+    return (a['x'], a['x'], a['x'], mask), {}
+  if kind == 'heads':
+    return (a['x'].reshape(B, T, 2, D // 2),), {}
   if kind.startswith('xformer'):
     packed = layer.packed_input
     cross = layer.use_cross_attention
