@@ -16,6 +16,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from flax import traverse_util
 import jax
+import jax.numpy as jnp
 import numpy as np
 from praxis import base_layer
 from praxis import pax_fiddle
@@ -41,6 +42,8 @@ def _load():
     meta = json.loads(npz['meta'].tobytes().decode())
     buffers = {k[len('data_'):]: npz[k] for k in npz.files
                if k.startswith('data_')}
+  if 'bfloat16' in buffers:  # Stored as its uint16 bits.
+    buffers['bfloat16'] = buffers['bfloat16'].view(jnp.bfloat16)
   arrays = {}
   for key, (dtype, offset, shape) in meta['index'].items():
     size = math.prod(shape)
@@ -55,6 +58,9 @@ def _build(spec):
   if isinstance(spec, dict) and '__cfg__' in spec:
     module, cls = spec['__cfg__'].split('.')
     fields = {k: _build(v) for k, v in spec.items() if k != '__cfg__'}
+    for k, v in fields.items():
+      if k.endswith('dtype') and isinstance(v, str):  # 'bfloat16' etc.
+        fields[k] = jnp.dtype(v)
     return pax_fiddle.Config(getattr(_MODULES[module], cls), **fields)
   if isinstance(spec, list):
     return tuple(_build(v) for v in spec)
@@ -130,7 +136,12 @@ class RealPaxTest(parameterized.TestCase):
     for k in want:
       msg = f'{what}: {k}'
       self.assertEqual(got[k].shape, want[k].shape, msg)
-      if np.issubdtype(want[k].dtype, np.floating):
+      self.assertEqual(got[k].dtype, want[k].dtype, msg)
+      if want[k].dtype == jnp.bfloat16:  # Within about one bfloat16 step.
+        np.testing.assert_allclose(
+            got[k].astype(np.float32), want[k].astype(np.float32),
+            rtol=1e-2, atol=1e-3, err_msg=msg)
+      elif np.issubdtype(want[k].dtype, np.floating):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5,
                                    err_msg=msg)
       else:

@@ -62,6 +62,9 @@ def build(spec):
   if isinstance(spec, dict) and '__cfg__' in spec:
     module, cls = spec['__cfg__'].split('.')
     fields = {k: build(v) for k, v in spec.items() if k != '__cfg__'}
+    for k, v in fields.items():
+      if k.endswith('dtype') and isinstance(v, str):  # 'bfloat16' etc.
+        fields[k] = jnp.dtype(v)
     return pax_fiddle.Config(getattr(globals()[module], cls), **fields)
   if isinstance(spec, list):
     return tuple(build(v) for v in spec)
@@ -228,6 +231,27 @@ case('spectral_norm_conv',
          weight_norm_tpl=cfg('normalizations.SpectralNorm')),
      [step(mutable=[NON_TRAINABLE], inputs=normal(2, 4, 4, 2))],
      do_eval=False)
+# bfloat16: inputs and/or fprop_dtype (variables stay float32).
+BF16 = jnp.bfloat16
+GN_IN = normal(2, 3, 2, 4, loc=1.0, scale=0.5)
+GN_PAD = paddings(2, 3, [3, 2])
+for name, in_dtype, fprop in [('group_norm_bf16_in', BF16, 'float32'),
+                              ('group_norm_bf16_fprop', np.float32,
+                               'bfloat16'),
+                              ('group_norm_bf16_both', BF16, 'bfloat16')]:
+  case(name,
+       cfg('normalizations.GroupNorm', dim=4, num_groups=2, input_rank=4,
+           fprop_dtype=fprop),
+       [step(inputs=GN_IN.astype(in_dtype), paddings=GN_PAD.astype(in_dtype))])
+case('rms_norm_bf16_f32_intermediate',
+     cfg('normalizations.RmsNorm', dim=4, direct_scale=False, epsilon=1e-6,
+         fprop_dtype='bfloat16', intermediate_dtype='float32'),
+     [step(inputs=(X8 * 1e-4).astype(BF16))])
+case('layer_norm_bf16',
+     cfg('normalizations.LayerNorm', dim=4, fprop_dtype='bfloat16'),
+     [step(inputs=X8.astype(BF16))])
+# (Conv2D + SpectralNorm with fprop_dtype bfloat16 fails in Pax 1.4 itself:
+# conv_general_dilated gets bfloat16 and float32; not recorded.)
 
 # ------------------------------------------------------ embedding_softmax
 IDS = RNG.randint(0, 10, (2, 5)).astype(np.int32)
@@ -586,9 +610,14 @@ def _split(kwargs):
 
 
 def _fresh(kwargs):
-  """Copies of the array inputs, one per distinct array (aliases stay)."""
+  """The array inputs as jax arrays, one per distinct array (aliases stay).
+
+  Jax arrays, not numpy: Pax 1.4 casts inputs with `.astype`, which keeps a
+  numpy array numpy, and numpy's bfloat16 arithmetic then promotes to
+  float32 where jax's (and any jitted Pax program's) does not.
+  """
   copies = {}
-  return {k: copies.setdefault(id(v), v.copy())
+  return {k: copies.setdefault(id(v), jnp.array(v))
           if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
 
 
@@ -609,15 +638,17 @@ def record(name, spec, arrays, meta):
     flat = {k: _redraw(k, v, spec) for k, v in flat.items()}
     for k, v in flat.items():
       arrays[f'{name}/vars/{k}'] = v.copy()
-    variables = traverse_util.unflatten_dict(flat, sep='/')
+    # Jax arrays (see _fresh) for the variables too.
+    variables = jax.tree.map(jnp.array,
+                             traverse_util.unflatten_dict(flat, sep='/'))
     step_meta = []
     for i, st in enumerate(spec['steps']):
       # Jax may share a numpy input's memory, and inputs are reused across
-      # cases: each step gets (and the file records) copies.
-      kwargs = _fresh(st['kwargs'])
-      ins, literals, aliases = _split(kwargs)
+      # cases: the file records copies, each step gets fresh jax arrays.
+      ins, literals, aliases = _split(st['kwargs'])
       for k, v in ins.items():
         arrays[f'{name}/s{i}/in/{k}'] = v.copy()
+      kwargs = _fresh(st['kwargs'])
       method = getattr(layer, st['method'])
       if st['mutable']:
         out, state = layer.apply(variables, **kwargs, method=method,
@@ -643,11 +674,14 @@ def pack(arrays):
   """One flat buffer per dtype (identical arrays stored once) and an index.
 
   Thousands of small npz entries would cost more than the data itself.
+  bfloat16 arrays are stored as their uint16 bits (buffer data_bfloat16).
   """
   buffers, index, seen = {}, {}, {}
   for key, value in arrays.items():
     value = np.asarray(value)  # (not ascontiguousarray: it makes 0-d 1-d)
     dtype = value.dtype.name
+    if dtype == 'bfloat16':  # npz cannot hold it: store the bits.
+      value = value.view(np.uint16)
     fingerprint = (dtype, value.shape, value.tobytes())
     if fingerprint not in seen:
       chunks = buffers.setdefault(dtype, [])
