@@ -15,7 +15,10 @@ import numpy as np
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import test_utils
+from praxis.contrib.gpu.scripts_gpu import lora_layers
 from praxis.layers import multi_query_attention
+from praxis.layers import ssm
+from praxis.layers import ssm_transformers
 from praxis.layers import transformer_models
 from praxis.layers import transformers
 
@@ -38,6 +41,19 @@ def _lm(family: str) -> pax_fiddle.Config:
         num_kv_heads=1 if family == 'multi_query' else 2)
   elif family == 'moe':
     stack.set(moe_layers=[1], num_experts=4, num_groups=1)
+  elif family == 'ssm':
+    stack.transformer_layer_params_tpl = pax_fiddle.Config(
+        ssm_transformers.SSMGated, ssm_tpl=pax_fiddle.Config(ssm.SSM),
+        ssm_nheads=4, ssm_dim=D, ssm_l_max=T, ssm_hippo_type='ss4d-1d-legs',
+        ssm_step_size=0.01, decode_num_samples=1)
+  elif family == 'lora':
+    for holder, field, cls in (
+        (layer.tr_fflayer_tpl.fflayer_tpl, 'linear_tpl',
+         lora_layers.LoraLinear),
+        (layer.tr_atten_tpl, 'proj_tpl', lora_layers.LoraAttentionProjection)):
+      lora = pax_fiddle.Config(cls, rank=2)
+      lora.copy_fields_from(getattr(holder, field))
+      setattr(holder, field, lora)
   elif family != 'dense':
     raise ValueError(family)
   return p
@@ -52,7 +68,8 @@ def _random_variables(rng, layer, *args):
 
 class ShardedFamiliesTest(test_utils.TestCase):
 
-  @parameterized.parameters('dense', 'multi_query', 'grouped_query', 'moe')
+  @parameterized.parameters('dense', 'multi_query', 'grouped_query', 'moe',
+                            'ssm', 'lora')
   def test_sharded_forward_equals_single_device(self, family):
     ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
     paddings = jnp.zeros((B, T))
@@ -81,9 +98,15 @@ class ShardedFamiliesTest(test_utils.TestCase):
              < leaf.size]
     self.assertNotEmpty(split)
     layer = sharded['params']['transformer']['x_layers_1']
-    split_one = (layer['ff_layer']['wi_0'] if family == 'moe'
-                 else layer['self_attention']['query']['w'])
+    if family == 'ssm':  # Its gated feed-forward keeps its own sharding.
+      split_one = sharded['params']['softmax']['logits_ffn']['linear']['w']
+    elif family == 'moe':
+      split_one = layer['ff_layer']['wi_0']
+    else:  # LoRA: the base weight; the rank-2 adapters are replicated.
+      split_one = layer['self_attention']['query']['w']
     self.assertLess(split_one.addressable_shards[0].data.size, split_one.size)
+    if family == 'lora':
+      self.assertIn('lora_a', layer['ff_layer']['ffn_layer1']['linear'])
 
 
 if __name__ == '__main__':
