@@ -13,7 +13,8 @@ Softmax layers are called as `layer(inputs, class_weights, class_ids=None,
 class_probabilities=None)` with inputs [..., input_dims], class weights and
 ids [..., 1] (a trailing 1 may be left out), and return a NestedMap of
 `logits`, `log_probs`, `per_example_argmax`, `per_example_xent`,
-`per_example_weight`, `total_xent`, `total_weight` and `avg_xent`.
+`per_example_weight`, `total_xent`, `total_weight` and `avg_xent` (FullSoftmax
+and SharedEmbeddingSoftmax add `accuracy` when given class ids).
 
 Example:
 
