@@ -9,9 +9,9 @@ whatever devices JAX sees. In one run it measures:
 
 * eval: examples/s of `programs.SingleTaskEvalProgram.run` over `--batches`
   batches of 16 x 64 tokens (an in-memory input, metrics aggregated and
-  written), against a `jax.jit` of the model's loss over the same batches
-  (numpy batches passed straight in, the loss summed on the device and
-  fetched once);
+  written), against a `jax.jit` of the model's metrics over the same
+  batches (numpy batches passed straight in; the same weighted metrics the
+  program reports, summed on the device and fetched once);
 * decode: generated tokens/s of `decode_programs.SingleTaskDecodeProgram.run`
   (greedy `LanguageModel.decode`, outputs turned into records) over
   `--batches` batches of 16 prompts of 16 tokens, 48 tokens generated each,
@@ -133,23 +133,31 @@ def program_runners(task, eval_np, prompts_np):
 
 
 def reference_eval(task, variables, batches):
-  """A jitted loss over the batches, summed on the device, fetched once."""
+  """A jitted eval step over the batches: the model's weighted metrics (the
+  ones the program reports: loss, accuracy, log-perplexity, ...) summed on
+  the device as (value x weight, weight), fetched once."""
   model = task.model
   context = base_layer.JaxContext.HParams(do_eval=True)
 
-  @jax.jit
-  def step(acc, batch):
+  def sums(batch):
     with base_layer.JaxContext.new_context(hparams=context):
       metrics, _ = model.apply(variables, NestedMap(batch))
-    loss, weight = metrics['total_loss']
-    return acc + jnp.stack([loss * weight, weight])
+    return {k: jnp.stack([v * w, w]).astype(jnp.float32)
+            for k, (v, w) in metrics.items()}
+
+  @jax.jit
+  def step(acc, batch):
+    return jax.tree.map(jnp.add, acc, sums(batch))
+
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                       jax.eval_shape(sums, batches[0]))
 
   def run():
-    acc = jnp.zeros((2,), jnp.float32)
+    acc = zeros
     for batch in batches:
       acc = step(acc, batch)
-    acc = np.asarray(acc)
-    return float(acc[0] / acc[1])
+    total = np.asarray(acc['total_loss'])
+    return float(total[0] / total[1])
 
   return run
 

@@ -60,6 +60,12 @@ def fetch(tree: Any) -> Any:
   return jax.device_get(jax.tree.map(local, tree))
 
 
+# `jax.random.fold_in` of a batch index, compiled once: the eager call costs
+# about 0.4 ms of host time per batch (primitive dispatch and key checks),
+# the cached jitted one a tenth of that. Same bits.
+fold_in = jax.jit(jax.random.fold_in)
+
+
 def batch_rows(batch: Any) -> int | None:
   """The rows of a host batch (its leaves' leading dim); None if none."""
   leaves = [x for x in jax.tree.leaves(batch) if np.ndim(x) >= 1]

@@ -138,7 +138,7 @@ class SingleTaskDecodeProgram(programs.Program):
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.decode_input_partition_spec(batch))
       pending.append((rows, self.decode_step(
-          eval_state, jax.random.fold_in(self._prng_key, i), inputs)))
+          eval_state, _program_utils.fold_in(self._prng_key, i), inputs)))
       num_steps += 1
       if len(pending) > lag:
         self._consume(*pending.popleft(), metrics, records)

@@ -603,7 +603,7 @@ class BaseEvalProgram(Program):
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.eval_input_partition_spec(batch))
       out = self.eval_step(eval_state,
-                           jax.random.fold_in(self._eval_prng_seed, i),
+                           _program_utils.fold_in(self._eval_prng_seed, i),
                            inputs, static_args)
       in_flight.add(out.loss)
       if means is not None:

@@ -77,23 +77,6 @@ _dropout = _transformer_feedforward.dropout
 # ---------------------------------------------------------------------------
 
 
-def _merge_masks(a: JTensor, b: JTensor) -> JTensor:
-  """Pax's merge of two additive masks [1|B, 1, 1|T, S].
-
-  A key-only mask (query axis 1) meeting a [.., T, T] one is made square
-  first, so that padded query rows are masked as well as padded keys.
-  """
-  def square(m):
-    return jnp.minimum(jnp.swapaxes(m, 2, 3), m)
-
-  if a.shape[2] != b.shape[2]:
-    if a.shape[2] == 1:
-      a = square(a)
-    else:
-      b = square(b)
-  return jnp.minimum(a, b)
-
-
 def compute_attention_masks_for_fprop(
     inputs: JTensor,
     paddings: JTensor | None = None,
@@ -130,9 +113,9 @@ def compute_attention_masks_for_fprop(
       raise ValueError('compute_attention_masks_for_fprop needs paddings.')
     mask = attentions.convert_paddings_to_mask(paddings, inputs.dtype)
     if segment_mask is not None:
-      mask = _merge_masks(mask, segment_mask)
+      mask = attentions.merge_masks(mask, segment_mask)
   if causal_attention:
-    mask = _merge_masks(mask, attentions.causal_mask(inputs))
+    mask = attentions.merge_masks(mask, attentions.causal_mask(inputs))
   cross_mask = None
   if cross_inputs is not None:
     if cross_paddings is None:
