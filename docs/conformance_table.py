@@ -8,7 +8,8 @@ the files that need no TensorFlow, and OURS_TF.json (optional) its run, in a
 venv with tensorflow-cpu added, over the files that import TensorFlow as a
 test helper. Files are grouped by whether the project has every praxis/paxml
 module that the test file imports (`*`: not), and apart, those that compare
-with Lingvo's layers or need SeqIO/TFDS (`†`), which cannot run here. The
+with Lingvo's layers (`†`), which cannot run here, and those that need
+SeqIO (`§`), run in the TF venv with seqio added. The
 sources are read from the fetched upstream snapshots (the nearest `.mirror`
 folder, as run_upstream.py finds them).
 """
@@ -50,7 +51,7 @@ def _group(test_file: str) -> str:
   if re.search(r'^\s*from lingvo\.core import (?!nested_map\b)', src, re.M):
     return 'Lingvo comparison (cannot run here)'
   if re.search(r'^\s*(import|from) (seqio|tensorflow_datasets)\b', src, re.M):
-    return 'needs SeqIO or TFDS (not installed)'
+    return 'needs SeqIO or TFDS (run in the TF venv with seqio added)'
   return 'modules here' if _has_modules(src) else 'a module missing'
 
 
@@ -95,7 +96,8 @@ def main(ref_path, ours_path, tf_path=None):
     t[1] += r
     t[2] += o
     tf = ' (TF helper)' if ref[f].get('needs_tf') else ''
-    mark = {'modules here': '', 'a module missing': ' *'}.get(group, ' †')
+    mark = {'modules here': '', 'a module missing': ' *',
+            'Lingvo comparison (cannot run here)': ' †'}.get(group, ' §')
     print(f'| `{f}`{tf}{mark} | {r} | '
           f'{ours[f]["passed"]} |')
   print()
