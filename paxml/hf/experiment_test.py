@@ -34,6 +34,38 @@ def _word_tokenizer(directory, extra=0):
   tok.save(os.path.join(directory, 'tokenizer.json'))
 
 
+def assert_greedy_decode_equals_generate(torch, directory, model, steps):
+  """Greedy `HfCausalLm` decoding of two prompts equals `model.generate`."""
+  prompts = os.path.join(directory, 'prompts.jsonl')
+  with open(prompts, 'w') as f:
+    for text in ('the cat sat', 'a dog ran to the'):
+      f.write(json.dumps({'text': text}) + '\n')
+
+  class Exp(experiment.HfCausalLm):
+    HF_MODEL_DIR = directory
+    DECODE_FILES = prompts
+    SEQ_LEN = 8
+    BATCH_SIZE = 2
+    MAX_DECODE_STEPS = steps
+
+  exp = Exp()
+  batch = base_hyperparams.instantiate(exp.decode_datasets()[0]).get_next()
+  task = base_hyperparams.instantiate(exp.task())
+  variables = {'params': {'lm': hf.import_variables(directory)['params']}}
+  with base_layer.JaxContext.new_context():
+    (_, results, _), _ = task.model.apply(
+        variables, py_utils.NestedMap(jax.tree.map(jnp.asarray, batch)),
+        method=task.model.decode, mutable=[base_layer.DECODE_CACHE])
+  for i, (row, pad) in enumerate(zip(batch.ids, batch.paddings)):
+    prompt = row[pad == 0].astype(np.int64)
+    want = model.generate(torch.tensor(prompt[None]), max_new_tokens=steps,
+                          do_sample=False, eos_token_id=2,
+                          pad_token_id=0).numpy()[0]
+    length = int(np.asarray(results.decode_lengths)[i, 0])
+    got = np.asarray(results.output_ids)[i, 0, :length]
+    np.testing.assert_array_equal(got, want)
+
+
 class HfTokenizerTest(absltest.TestCase):
 
   def test_tokenizer_json_ids_and_specials(self):
@@ -136,34 +168,7 @@ class HfCausalLmTest(parameterized.TestCase):
     transformers = pytest.importorskip('transformers')
     directory, model = self._model_dir(torch, transformers, scale=0.3,
                                        arch=arch)
-    prompts = os.path.join(directory, 'prompts.jsonl')
-    with open(prompts, 'w') as f:
-      for text in ('the cat sat', 'a dog ran to the'):
-        f.write(json.dumps({'text': text}) + '\n')
-
-    class Exp(experiment.HfCausalLm):
-      HF_MODEL_DIR = directory
-      DECODE_FILES = prompts
-      SEQ_LEN = 8
-      BATCH_SIZE = 2
-      MAX_DECODE_STEPS = 5
-
-    exp = Exp()
-    batch = base_hyperparams.instantiate(exp.decode_datasets()[0]).get_next()
-    task = base_hyperparams.instantiate(exp.task())
-    variables = {'params': {'lm': hf.import_variables(directory)['params']}}
-    with base_layer.JaxContext.new_context():
-      (_, results, _), _ = task.model.apply(
-          variables, py_utils.NestedMap(jax.tree.map(jnp.asarray, batch)),
-          method=task.model.decode, mutable=[base_layer.DECODE_CACHE])
-    for i, (row, pad) in enumerate(zip(batch.ids, batch.paddings)):
-      prompt = row[pad == 0].astype(np.int64)
-      want = model.generate(torch.tensor(prompt[None]), max_new_tokens=5,
-                            do_sample=False, eos_token_id=2,
-                            pad_token_id=0).numpy()[0]
-      length = int(np.asarray(results.decode_lengths)[i, 0])
-      got = np.asarray(results.output_ids)[i, 0, :length]
-      np.testing.assert_array_equal(got, want)
+    assert_greedy_decode_equals_generate(torch, directory, model, steps=5)
 
   def test_tokenizer_larger_than_the_model_is_refused(self):
     torch = pytest.importorskip('torch')

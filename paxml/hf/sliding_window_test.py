@@ -1,6 +1,5 @@
 """Mistral's sliding-window attention: mask, logits, decoding, export."""
 
-import json
 import os
 import tempfile
 
@@ -12,13 +11,10 @@ import pytest
 
 from paxml import hf
 from paxml.hf import _layers
-from paxml.hf import experiment
 from paxml.hf import experiment_test
 from paxml.tools import hf_convert_lib as lib
-from praxis import base_hyperparams
 from praxis import base_layer
 from praxis import pax_fiddle
-from praxis import py_utils
 
 _WINDOW = 4
 _MISTRAL = dict(vocab_size=64, hidden_size=32, intermediate_size=48,
@@ -130,34 +126,8 @@ class MistralLogitsTest(absltest.TestCase):
                                     bos_token_id=1, eos_token_id=2,
                                     pad_token_id=0)
     experiment_test._word_tokenizer(directory)
-    prompts = os.path.join(directory, 'prompts.jsonl')
-    with open(prompts, 'w') as f:
-      for text in ('the cat sat', 'a dog ran to the'):
-        f.write(json.dumps({'text': text}) + '\n')
-
-    class Exp(experiment.HfCausalLm):
-      HF_MODEL_DIR = directory
-      DECODE_FILES = prompts
-      SEQ_LEN = 8
-      BATCH_SIZE = 2
-      MAX_DECODE_STEPS = 6
-
-    exp = Exp()
-    batch = base_hyperparams.instantiate(exp.decode_datasets()[0]).get_next()
-    task = base_hyperparams.instantiate(exp.task())
-    variables = {'params': {'lm': hf.import_variables(directory)['params']}}
-    with base_layer.JaxContext.new_context():
-      (_, results, _), _ = task.model.apply(
-          variables, py_utils.NestedMap(jax.tree.map(jnp.asarray, batch)),
-          method=task.model.decode, mutable=[base_layer.DECODE_CACHE])
-    for i, (row, pad) in enumerate(zip(batch.ids, batch.paddings)):
-      prompt = row[pad == 0].astype(np.int64)
-      want = model.generate(torch.tensor(prompt[None]), max_new_tokens=6,
-                            do_sample=False, eos_token_id=2,
-                            pad_token_id=0).numpy()[0]
-      length = int(np.asarray(results.decode_lengths)[i, 0])
-      got = np.asarray(results.output_ids)[i, 0, :length]
-      np.testing.assert_array_equal(got, want)
+    experiment_test.assert_greedy_decode_equals_generate(
+        torch, directory, model, steps=6)
 
 
 class ExportTest(absltest.TestCase):
