@@ -20,6 +20,7 @@ from praxis.layers import multi_query_attention
 from praxis.layers import ssm
 from praxis.layers import ssm_transformers
 from praxis.layers import transformer_models
+from praxis.layers.transformer_models_test import random_variables
 from praxis.layers import transformers
 
 instantiate = base_layer.instantiate
@@ -59,13 +60,6 @@ def _lm(family: str) -> pax_fiddle.Config:
   return p
 
 
-def _random_variables(rng, layer, *args):
-  shapes = jax.eval_shape(layer.init, jax.random.PRNGKey(0), *args)
-  return jax.tree.map(
-      lambda v: jnp.asarray(0.3 * rng.standard_normal(v.shape), v.dtype),
-      shapes)
-
-
 class ShardedFamiliesTest(test_utils.TestCase):
 
   @parameterized.parameters('dense', 'multi_query', 'grouped_query', 'moe',
@@ -74,7 +68,7 @@ class ShardedFamiliesTest(test_utils.TestCase):
     ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
     paddings = jnp.zeros((B, T))
     plain = instantiate(_lm(family))
-    variables = _random_variables(self.rng, plain, ids, paddings)
+    variables = random_variables(self.rng, plain, ids, paddings)
     expected = jax.jit(plain.apply)(variables, ids, paddings).logits
 
     p = transformer_models.TransformerLm.set_sharding_params_v1(
