@@ -1,6 +1,7 @@
 r"""A CNN on scikit-learn's 8x8 handwritten digits: a real, offline task.
 
-Public names: load_digits_split, DigitsInput, DigitsExperiment.
+Public names: load_digits_split, DigitsInput, constant_adam_task,
+DigitsExperiment.
 
 `sklearn.datasets.load_digits()` holds 1797 real 8x8 grey-level images of the
 digits 0-9 (pixels 0..16), bundled with scikit-learn, so nothing is
@@ -99,6 +100,28 @@ class DigitsInput(base_input.InMemoryInput):
     super().__post_init__()
 
 
+def constant_adam_task(
+    name: str, model_p: pax_fiddle.Config, learning_rate: float,
+    train_steps: int, eval_interval_steps: int
+) -> pax_fiddle.Config[tasks_lib.SingleTask]:
+  """A SingleTask training `model_p`'s 'loss' with Adam at a constant rate,
+  evaluating on the test split (not on training batches) and writing
+  summaries every `eval_interval_steps`, one checkpoint at the end."""
+  task_p = pax_fiddle.Config(tasks_lib.SingleTask, name=name, model=model_p)
+  train = task_p.train
+  train.learner = pax_fiddle.Config(
+      learners.Learner, loss_name='loss',
+      optimizer=pax_fiddle.Config(
+          optimizers.Adam, learning_rate=learning_rate,
+          lr_schedule=pax_fiddle.Config(schedules.Constant)))
+  train.num_train_steps = train_steps
+  train.eval_interval_steps = eval_interval_steps
+  train.summary_interval_steps = eval_interval_steps
+  train.save_interval_steps = train_steps
+  train.eval_skip_train = True
+  return task_p
+
+
 @experiment_registry.register
 class DigitsExperiment(base_experiment.BaseExperiment):
   """A one-block CNN (`mnist.CNN`) on the 8x8 digits, trained with Adam.
@@ -125,20 +148,8 @@ class DigitsExperiment(base_experiment.BaseExperiment):
         network_tpl=pax_fiddle.Config(
             mnist.CNN, height=8, width=8, num_classes=10,
             channels=self.CHANNELS, hidden_dims=self.HIDDEN_DIMS))
-    task_p = pax_fiddle.Config(
-        tasks_lib.SingleTask, name='digits_task', model=model_p)
-    train = task_p.train
-    train.learner = pax_fiddle.Config(
-        learners.Learner, loss_name='loss',
-        optimizer=pax_fiddle.Config(
-            optimizers.Adam, learning_rate=self.LEARNING_RATE,
-            lr_schedule=pax_fiddle.Config(schedules.Constant)))
-    train.num_train_steps = self.TRAIN_STEPS
-    train.eval_interval_steps = self.EVAL_INTERVAL_STEPS
-    train.summary_interval_steps = self.EVAL_INTERVAL_STEPS
-    train.save_interval_steps = self.TRAIN_STEPS
-    train.eval_skip_train = True
-    return task_p
+    return constant_adam_task('digits_task', model_p, self.LEARNING_RATE,
+                              self.TRAIN_STEPS, self.EVAL_INTERVAL_STEPS)
 
   def datasets(self) -> list[pax_fiddle.Config[base_input.BaseInput]]:
     return [

@@ -27,16 +27,14 @@ import numpy as np
 
 from paxml import base_experiment
 from paxml import experiment_registry
-from paxml import learners
 from paxml import tasks_lib
+from paxml.tasks.vision.params import digits
 from praxis import base_input
 from praxis import base_layer
 from praxis import base_model
-from praxis import optimizers
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
-from praxis import schedules
 from praxis.layers.video import vqvae
 
 NestedMap = py_utils.NestedMap
@@ -228,20 +226,9 @@ class MovingSquaresVQVae(base_experiment.BaseExperiment):
                              vqvae_tpl=vq_p)
 
   def task(self) -> pax_fiddle.Config[tasks_lib.SingleTask]:
-    task_p = pax_fiddle.Config(
-        tasks_lib.SingleTask, name='video_vqvae_task', model=self.model())
-    train = task_p.train
-    train.learner = pax_fiddle.Config(
-        learners.Learner, loss_name='loss',
-        optimizer=pax_fiddle.Config(
-            optimizers.Adam, learning_rate=self.LEARNING_RATE,
-            lr_schedule=pax_fiddle.Config(schedules.Constant)))
-    train.num_train_steps = self.TRAIN_STEPS
-    train.eval_interval_steps = self.EVAL_INTERVAL_STEPS
-    train.summary_interval_steps = self.EVAL_INTERVAL_STEPS
-    train.save_interval_steps = self.TRAIN_STEPS
-    train.eval_skip_train = True
-    return task_p
+    return digits.constant_adam_task(
+        'video_vqvae_task', self.model(), self.LEARNING_RATE,
+        self.TRAIN_STEPS, self.EVAL_INTERVAL_STEPS)
 
   def datasets(self) -> list[pax_fiddle.Config[base_input.BaseInput]]:
     shared = dict(num_frames=self.NUM_FRAMES, size=self.SIZE,
