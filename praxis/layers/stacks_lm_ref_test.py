@@ -9,32 +9,19 @@ variables and inputs, must give the same logits and losses, in the forward
 pass and in extend_step decoding.
 """
 
-import importlib.util
-import os
-
 from absl.testing import absltest
 from absl.testing import parameterized
 
-_DIR = os.path.join(os.path.dirname(__file__), 'testdata')
-
-
-def _load_cases():
-  spec = importlib.util.spec_from_file_location(
-      'praxis_stacks_cases', os.path.join(_DIR, 'stacks_cases.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-_CASES = _load_cases()
-_REF = _CASES.load_reference(os.path.join(_DIR, 'stacks_ref.npz'))
+# The cases module and the fixture, loaded once by the sibling test.
+from praxis.layers import stacks_ref_test
 
 
 class StacksLmRefTest(parameterized.TestCase):
 
-  @parameterized.named_parameters((n, n) for n in _CASES.MODEL_CASES)
+  @parameterized.named_parameters(
+      (n, n) for n in stacks_ref_test.CASES.MODEL_CASES)
   def test_matches_real_pax(self, name):
-    _CASES.check_case(self, name, _REF)
+    stacks_ref_test.CASES.check_case(self, name, stacks_ref_test.REF)
 
 
 if __name__ == '__main__':

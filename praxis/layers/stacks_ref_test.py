@@ -27,22 +27,22 @@ def _load_cases():
   return module
 
 
-_CASES = _load_cases()
-_REF = _CASES.load_reference(os.path.join(_DIR, 'stacks_ref.npz'))
+CASES = _load_cases()
+REF = CASES.load_reference(os.path.join(_DIR, 'stacks_ref.npz'))
 
 
 class StacksRefTest(parameterized.TestCase):
 
   def test_every_case_was_recorded(self):
-    self.assertEqual(set(_REF) - {'inputs'}, set(_CASES.CASES))
+    self.assertEqual(set(REF) - {'inputs'}, set(CASES.CASES))
 
   def test_inputs_are_the_recorded_ones(self):
-    for k, v in _CASES.make_inputs().items():
-      np.testing.assert_array_equal(v, _REF['inputs'][k], err_msg=k)
+    for k, v in CASES.make_inputs().items():
+      np.testing.assert_array_equal(v, REF['inputs'][k], err_msg=k)
 
-  @parameterized.named_parameters((n, n) for n in _CASES.LAYER_CASES)
+  @parameterized.named_parameters((n, n) for n in CASES.LAYER_CASES)
   def test_matches_real_pax(self, name):
-    _CASES.check_case(self, name, _REF)
+    CASES.check_case(self, name, REF)
 
 
 if __name__ == '__main__':
