@@ -38,7 +38,7 @@ from etils import epath
 import jax
 import numpy as np
 from paxml import checkpoint_paths
-from tensorboardX import record_writer
+from paxml._tensorboardx import record_writer
 
 _PROGRESS_CKPT_STEP_KEY = 'restore_checkpoint_step'
 _INTERNAL_ARTIFACTS_SUBDIR = '_internal_artifacts'

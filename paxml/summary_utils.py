@@ -44,9 +44,9 @@ import jax
 import numpy as np
 from paxml import _summary_trees
 from paxml import _summary_writers
+from paxml._tensorboardx import tensorboardX
 from paxml import metric_utils
 from praxis import base_layer
-import tensorboardX
 
 SummaryType = base_layer.SummaryType
 SummaryWriter = tensorboardX.SummaryWriter

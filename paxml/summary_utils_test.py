@@ -4,6 +4,7 @@ import importlib.util
 import io
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import types
@@ -238,6 +239,26 @@ class SummaryUtilsTest(test_utils.TestCase):
     self.assertEqual(text('Model').split(), ['a:', 'w:', "'3x4'", 'b:', "'5'"])
     self.assertEqual(text('Total Num Params'), '1 234 567')
     self.assertEqual(text('Global batch size'), '2 048')
+
+
+class TensorboardxImportTest(absltest.TestCase):
+
+  @absltest.skipIf(importlib.util.find_spec('torch') is None,
+                   'torch is not installed')
+  def test_no_torch_import_on_the_side(self):
+    # tensorboardX imports an installed torch (a second of start-up) unless
+    # paxml keeps it from doing so; `import torch` still works afterwards.
+    code = ('import sys; from paxml import summary_utils; '
+            'print("torch" in sys.modules); '
+            'w = summary_utils.SummaryWriter(sys.argv[1]); '
+            'w.add_scalar("x", 1.0, 0); w.close(); '
+            'import torch; print(float(torch.ones(2).sum()))')
+    with tempfile.TemporaryDirectory() as logdir:
+      out = subprocess.run([sys.executable, '-c', code, logdir], check=True,
+                           capture_output=True, text=True).stdout.split()
+      self.assertEqual(out, ['False', '2.0'])
+      self.assertEqual(_scalars(_read(summary_utils.SummaryWriter(logdir),
+                                      logdir))['x'], [(0, 1.0)])
 
 
 class TreeHelpersTest(test_utils.TestCase):
