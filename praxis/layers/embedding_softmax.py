@@ -309,6 +309,40 @@ def _require_positive(layer: base_layer.BaseLayer, *fields: str) -> None:
       )
 
 
+def _computed_lookup_style(layer: base_layer.BaseLayer, vocab_split: Any,
+                           plain_einsum: bool = True) -> str:
+  """How `layer.lookup_style` is computed: 'matmul' may run as a gather.
+
+  A one-hot matmul takes the same rows as a gather (each output is one table
+  entry plus zeros), and its gradient adds the same rows into the table, in
+  another order; but it costs 2 x ids x vocabulary x dims FLOPs forward and
+  as many backward (on a 32k vocabulary, more than the rest of a small LM).
+  TPUs want it (their gathers are slow, and a vocabulary split over devices
+  partitions as a matmul), and so does a replaced einsum (quantized, FP8);
+  elsewhere, with the whole vocabulary on each device, the gather runs.
+
+  Args:
+    layer: The embedding layer.
+    vocab_split: The mesh axis (or axes) the vocabulary dim is split over.
+    plain_einsum: The layer's matmul is a plain einsum.
+
+  Returns:
+    'index' or 'matmul'.
+  """
+  style = layer.lookup_style
+  if (style != 'matmul' or not plain_einsum or jax.default_backend() == 'tpu'
+      or layer.get_shard_count_on_dim(vocab_split) > 1):
+    return style
+  return 'index'
+
+
+def _one_hot_rows(table: JTensor, ids: JTensor) -> JTensor:
+  """`one_hot(ids) @ table` as a gather: ids outside the table give zeros."""
+  valid = (ids >= 0) & (ids < table.shape[0])
+  rows = table[jnp.clip(ids, 0, table.shape[0] - 1)]
+  return jnp.where(valid[..., None], rows, jnp.zeros((), table.dtype))
+
+
 def _require_lookup_style(layer: base_layer.BaseLayer) -> None:
   if layer.lookup_style not in _LOOKUP_STYLES:
     raise ValueError(
@@ -473,10 +507,14 @@ class Embedding(base_layer.BaseLayer):
     if self.set_nan_for_oob_id:
       in_range = ids < self.num_classes
       ids = jnp.where(in_range, ids, 0)
-    embs = embedding_lookup(
-        self.theta.emb_var, ids, self.lookup_style, self.array_lookup,
-        self.einsum,
-    )
+    wt = self.weight_split_dims_mapping.wt
+    style = _computed_lookup_style(
+        self, wt[0] if wt else None, type(self.einsum) is base_ops.EinsumOp)
+    if style != self.lookup_style:
+      embs = _one_hot_rows(self.theta.emb_var, ids)
+    else:
+      embs = embedding_lookup(self.theta.emb_var, ids, style,
+                              self.array_lookup, self.einsum)
     if in_range is not None:
       embs = jnp.where(in_range[..., None], embs, jnp.nan)
     return _scale_and_shard_embeddings(self, embs)
@@ -709,7 +747,11 @@ class SharedEmbeddingSoftmax(FullSoftmax):
   def emb_lookup(self, ids: JTensor) -> JTensor:
     """Maps ids [...] to rows of the transposed logits weight [..., dims]."""
     table = jnp.transpose(self.logits_ffn.linear.theta.w)
-    embs = embedding_lookup(table, ids, self.lookup_style)
+    wt = self.weight_split_dims_mapping.wt
+    if _computed_lookup_style(self, wt[-1] if wt else None) != self.lookup_style:
+      embs = _one_hot_rows(table, ids)
+    else:
+      embs = embedding_lookup(table, ids, self.lookup_style)
     return _scale_and_shard_embeddings(self, embs)
 
   def extend_step(self, ids: JTensor, *, time_step: JTensor) -> JTensor:

@@ -98,6 +98,66 @@ class EmbeddingTest(test_utils.TestCase):
       emb.init(jax.random.PRNGKey(0), np.array([1]))
 
 
+class MatmulLookupTest(test_utils.TestCase):
+  """lookup_style='matmul' gives the one-hot matmul's values and gradients.
+
+  Off TPU, with the vocabulary on one device, it runs as a gather; the
+  reference here is the one-hot matmul written in numpy.
+  """
+
+  def _check(self, layer, variables, table_of, ids):
+    v = table_of(variables).shape[0]
+    one_hot = (ids[..., None] == np.arange(v)).astype(np.float32)
+    cot = self.rng.normal(size=ids.shape + (3,)).astype(np.float32)
+
+    def loss(variables):
+      out = layer.apply(variables, jnp.asarray(ids), method=layer.emb_lookup)
+      return jnp.sum(out * cot), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(
+        variables)
+    table = np.asarray(table_of(variables))
+    # Ids outside [0, v) have all-zero one-hot rows: zero embeddings.
+    np.testing.assert_array_equal(np.asarray(out), one_hot @ table)
+    want = np.einsum('btv,btd->vd', one_hot, cot)
+    self.assertAllClose(table_of(grads), want, atol=1e-5)
+
+  def test_embedding(self):
+    emb = _make(embedding_softmax.Embedding, input_dims=3, num_classes=7,
+                lookup_style='matmul')
+    table = self.rng.normal(size=(7, 3)).astype(np.float32)
+    ids = np.array([[0, 6, 3, 3], [3, -1, 7, 1]])
+    self._check(emb, {'params': {'emb_var': table}},
+                lambda v: v['params']['emb_var'], ids)
+
+  def test_shared_embedding_softmax(self):
+    layer = _make(embedding_softmax.SharedEmbeddingSoftmax, input_dims=3,
+                  num_classes=7, lookup_style='matmul')
+    ids = np.array([[0, 6, 3, 3], [3, 9, 3, 1]])
+    variables = layer.init(jax.random.PRNGKey(0), jnp.asarray(ids),
+                           method=layer.emb_lookup)
+    self._check(layer, variables,
+                lambda v: v['params']['logits_ffn']['linear']['w'].T, ids)
+
+  def test_gather_only_where_the_matmul_is_not_wanted(self):
+    # pylint: disable=protected-access
+    style = embedding_softmax._computed_lookup_style
+    axes = ['replica', 'data', 'mdl']
+    one = _make(embedding_softmax.Embedding, input_dims=3, num_classes=8,
+                lookup_style='matmul', ici_mesh_shape=[1, 1, 1],
+                mesh_axis_names=axes)
+    split = _make(embedding_softmax.Embedding, input_dims=3, num_classes=8,
+                  lookup_style='matmul', ici_mesh_shape=[1, 2, 4],
+                  mesh_axis_names=axes)
+    index = _make(embedding_softmax.Embedding, input_dims=3, num_classes=8)
+    if jax.default_backend() != 'tpu':
+      self.assertEqual(style(one, 'mdl'), 'index')
+      self.assertEqual(style(split, None), 'index')
+    self.assertEqual(style(split, 'mdl'), 'matmul')  # Vocabulary split 4 ways.
+    self.assertEqual(style(one, 'mdl', plain_einsum=False), 'matmul')
+    self.assertEqual(style(index, None), 'index')
+
+
 class FullSoftmaxTest(test_utils.TestCase):
 
   def setUp(self):
