@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Iterator
 
+from absl import logging
 from etils import epath
 import jax
 import jax.numpy as jnp
@@ -339,6 +340,38 @@ def json_line(key: Any, value: Any) -> str:
   decoded example, so this is on the decode program's host path).
   """
   return json.dumps({'key': str(key), 'value': value}, default=_json_default)
+
+
+class JsonLines:
+  """`(key, value)` records encoded as JSON lines as they arrive, written once.
+
+  The decode program encodes each batch's records while the devices decode
+  the next batches, instead of all of them after the last one. A record JSON
+  cannot hold drops the whole file (logged at `write`), as Pax's
+  `safe_write_key_value_pairs`.
+  """
+
+  def __init__(self):
+    self._lines = []
+    self._error = None
+
+  def add(self, key_value_pairs: Any) -> None:
+    if self._error is not None:
+      return
+    try:
+      self._lines.extend(json_line(k, v) for k, v in key_value_pairs)
+    except (TypeError, ValueError) as e:
+      self._error, self._lines = e, []
+
+  def write(self, filename: Any) -> None:
+    """Writes the lines to `filename` (its folder is made if needed)."""
+    if self._error is not None:
+      logging.warning('Outputs for %s are not serializable: %s', filename,
+                      self._error)
+      return
+    path = epath.Path(filename)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(''.join(line + '\n' for line in self._lines))
 
 
 def jsonable(value: Any) -> Any:

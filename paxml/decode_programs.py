@@ -129,7 +129,7 @@ class SingleTaskDecodeProgram(programs.Program):
     eval_state = programs.get_eval_train_state(
         self._task, state, self._task.train.decode_use_ema_states)
     metrics = _program_utils.new_metrics(self._task)
-    records = []
+    records, lines = [], _program_utils.JsonLines()
     lag = max(int(self._task.train.max_inflight_steps), 1)
     pending = collections.deque()
     num_steps = 0
@@ -141,13 +141,14 @@ class SingleTaskDecodeProgram(programs.Program):
           eval_state, _program_utils.fold_in(self._prng_key, i), inputs)))
       num_steps += 1
       if len(pending) > lag:
-        self._consume(*pending.popleft(), metrics, records)
+        self._consume(*pending.popleft(), metrics, records, lines)
     while pending:
-      self._consume(*pending.popleft(), metrics, records)
+      self._consume(*pending.popleft(), metrics, records, lines)
     final = {k: (float(v), float(w))
              for k, (v, w) in metrics.finalize().items()}
     self._write_summaries(step, final)
-    self._write_records(step, records)
+    lines.write(self._output_dir /
+                (programs.get_filename(step, 'decoder') + '.jsonl'))
     logging.info('decode %s at step %d: %d outputs %s', self._name, step,
                  len(records), final)
     for key, value in records[:2]:
@@ -159,7 +160,7 @@ class SingleTaskDecodeProgram(programs.Program):
         num_decode_steps=num_steps, records=records)
 
   def _consume(self, rows: tuple[int, int] | None, out: Any, metrics: Any,
-               records: list[Any]) -> None:
+               records: list[Any], lines: _program_utils.JsonLines) -> None:
     """Fetches one batch's outputs; stores its metrics and records."""
     out = _program_utils.fetch(out)
     per_example = out.per_example_out
@@ -171,6 +172,7 @@ class SingleTaskDecodeProgram(programs.Program):
     metrics.store({**_program_utils.host_scalars(out.weighted_scalars),
                    **_program_utils.host_scalars(scalars)})
     records.extend(kv_pairs)
+    lines.add(kv_pairs)
 
   def _pad(self, batch: Any) -> tuple[Any, tuple[int, int] | None]:
     """(the batch padded to the full size, (real rows, padded rows) or None).
@@ -204,11 +206,6 @@ class SingleTaskDecodeProgram(programs.Program):
       self._writer.add_scalar(f'{prefix}{key}', value, step)
       self._writer.add_scalar(f'{prefix}{key}-weight', weight, step)
     self._writer.flush()
-
-  def _write_records(self, step: int, records: list[Any]) -> None:
-    programs.safe_write_key_value_pairs(
-        self._output_dir / (programs.get_filename(step, 'decoder') + '.jsonl'),
-        records)
 
   def shutdown(self) -> None:
     self._writer.close()

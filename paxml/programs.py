@@ -192,14 +192,9 @@ def safe_write_key_value_pairs(filename: Any, key_value_pairs: Any,
     write_pickle: Unused.
   """
   del cast_to_ndarray, write_pickle
-  try:
-    lines = [_program_utils.json_line(k, v) for k, v in key_value_pairs]
-  except (TypeError, ValueError) as e:
-    logging.warning('Outputs for %s are not serializable: %s', filename, e)
-    return
-  path = epath.Path(filename)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(''.join(line + '\n' for line in lines))
+  lines = _program_utils.JsonLines()
+  lines.add(key_value_pairs)
+  lines.write(filename)
 
 
 def maybe_write_eval_outputs(mode: EvaluationMode, output_dir: Any, step: int,

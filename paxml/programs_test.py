@@ -105,6 +105,15 @@ class OutputFilesTest(absltest.TestCase):
     self.assertEqual(json.loads(other.read_text()), {'key': 'k',
                                                      'value': '{1}'})
 
+  def test_unencodable_record_drops_the_file(self):
+    loop = {}
+    loop['self'] = loop  # JSON refuses circular references.
+    out = pathlib.Path(tempfile.mkdtemp()) / 'sub' / 'out.jsonl'
+    with self.assertLogs(level='WARNING') as logs:
+      programs.safe_write_key_value_pairs(out, [('a', 1), ('b', loop)])
+    self.assertFalse(out.exists())
+    self.assertIn('not serializable', logs.output[0])
+
 
 if __name__ == '__main__':
   absltest.main()
