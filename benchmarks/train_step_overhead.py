@@ -19,7 +19,10 @@ After compilation the two loops alternate in short runs, `--repeats` times
 `--steps` steps each, so that the machine's drift (other tenants of a shared
 VM, clock changes) hits both alike. It prints each loop's median time per step
 and main-thread CPU time per step (the host work), and the median of the
-paired runs' ratios: the runner's overhead.
+paired runs' ratios: the runner's overhead. A third loop, the runner with
+`train.max_inflight_steps=0`, runs in the same alternation: the default (2,
+as Pax) makes the host wait for the step two back before going on, which the
+hand-written loop never does.
 Then it times the two compiled steps alone (one fixed batch already on the
 devices), to tell the step's own math from the loop's host work.
 """
@@ -111,8 +114,10 @@ def transformer_lm_setup(rng):
   return model, 'total_loss', data, 8
 
 
-def make_task(model_p, loss_name):
+def make_task(model_p, loss_name, max_inflight_steps=None):
   task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='bench')
+  if max_inflight_steps is not None:
+    task_p.train.max_inflight_steps = max_inflight_steps
   model_p.params_init = base_layer.WeightInit.Gaussian(0.02)
   task_p.model = model_p
   task_p.train.summary_interval_steps = 100
@@ -221,21 +226,26 @@ def reference_runners(task, loss_name, data, batch):
   return loop, step_alone
 
 
-def _alternate(run_ref, run_pax, repeats, steps):
-  """Paired runs: (median ratio pax/ref, quartiles of the ratios, median
-  (wall, host CPU) per step of the reference, of Pax)."""
-  refs, paxs = [], []
+def _alternate(run_ref, runs, repeats, steps):
+  """Paired runs of the reference and each of `runs`: per run, (median
+  ratio run/ref, quartiles of the ratios, median (wall, host CPU) per step);
+  then the reference's medians."""
+  refs, times = [], [[] for _ in runs]
   for _ in range(repeats):
     refs.append(run_ref(steps))
-    paxs.append(run_pax(steps))
-  ratios = [p[0] / r[0] for p, r in zip(paxs, refs)]
-  quartiles = statistics.quantiles(ratios, n=4)
+    for run, out in zip(runs, times):
+      out.append(run(steps))
 
   def medians(times):
     return tuple(statistics.median(t[i] for t in times) for i in (0, 1))
 
-  return (statistics.median(ratios), (quartiles[0], quartiles[2]),
-          medians(refs), medians(paxs))
+  results = []
+  for out in times:
+    ratios = [p[0] / r[0] for p, r in zip(out, refs)]
+    quartiles = statistics.quantiles(ratios, n=4)
+    results.append((statistics.median(ratios), (quartiles[0], quartiles[2]),
+                    medians(out)))
+  return results, medians(refs)
 
 
 def main(argv):
@@ -246,21 +256,30 @@ def main(argv):
   task = make_task(model_p, loss_name)
   ref_loop, ref_step = reference_runners(task, loss_name, data, batch)
   pax_loop, pax_step = pax_runners(task, data, batch)
-  ratio, (low, high), ref, pax = _alternate(
-      ref_loop, pax_loop, _REPEATS.value, _STEPS.value)
+  # The same runner with no bound on the steps in flight (the hand-written
+  # loop never waits; the runner, as Pax, waits for the step
+  # `train.max_inflight_steps` = 2 back).
+  unbounded_loop, _ = pax_runners(
+      make_task(model_p, loss_name, max_inflight_steps=0), data, batch)
+  results, ref = _alternate(ref_loop, [pax_loop, unbounded_loop],
+                            _REPEATS.value, _STEPS.value)
   print(f'devices: {jax.device_count()} x {jax.devices()[0].device_kind}')
   print(f'model: {_MODEL.value}, batch {batch}, Adam; {_REPEATS.value} '
         f'alternating runs of {_STEPS.value} steps')
-  for name, (wall, cpu) in (('hand-written jax.jit loop', ref),
-                            ('Pax SingleTaskTrainProgram', pax)):
+  wall, cpu = ref
+  print(f'hand-written jax.jit loop: {wall * 1e3:.3f} ms/step, host thread '
+        f'CPU {cpu * 1e3:.3f} ms/step (medians)')
+  names = ('Pax SingleTaskTrainProgram',
+           'Pax, train.max_inflight_steps=0')
+  for name, (ratio, (low, high), (wall, cpu)) in zip(names, results):
     print(f'{name}: {wall * 1e3:.3f} ms/step, host thread CPU '
-          f'{cpu * 1e3:.3f} ms/step (medians)')
-  print(f'runner overhead: {100 * (ratio - 1):+.1f}% (median ratio '
-        f'{ratio:.3f}; quartiles {low:.3f}-{high:.3f})')
+          f'{cpu * 1e3:.3f} ms/step (medians); overhead '
+          f'{100 * (ratio - 1):+.1f}% (median ratio {ratio:.3f}; quartiles '
+          f'{low:.3f}-{high:.3f})')
   # The compiled steps alone (one fixed batch on the devices, no input, no
   # logging): how much of the difference is the step's own math.
-  ratio, (low, high), _, _ = _alternate(ref_step, pax_step, _REPEATS.value,
-                                        _STEPS.value)
+  [(ratio, (low, high), _)], _ = _alternate(
+      ref_step, [pax_step], _REPEATS.value, _STEPS.value)
   print(f'compiled steps alone: {100 * (ratio - 1):+.1f}% (median ratio '
         f'{ratio:.3f}; quartiles {low:.3f}-{high:.3f})')
 
