@@ -1,5 +1,8 @@
 """Tests of praxis.layers.embedding_softmax against numpy references."""
 
+import pathlib
+import sys
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -10,7 +13,16 @@ from praxis import pax_fiddle
 from praxis import test_utils
 from praxis.layers import embedding_softmax
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent / 'testdata'))
+import record_matmul_lookup_losses  # pylint: disable=g-import-not-at-top
+
 NON_TRAINABLE = base_layer.NON_TRAINABLE
+
+# The first Adam losses of `record_matmul_lookup_losses.run()`, recorded (as
+# float32 hex) when 'matmul' lookups were one-hot matmuls (commit e077a54).
+_RECORDED_MATMUL_LOOKUP_LOSSES = [float.fromhex(x) for x in (
+    '0x1.8681f60000000p+2', '0x1.fdf4c80000000p+1', '0x1.652bda0000000p+1',
+    '0x1.05ec320000000p+1', '0x1.ab33ba0000000p+0')]
 
 
 def _make(cls, **kwargs):
@@ -138,6 +150,22 @@ class MatmulLookupTest(test_utils.TestCase):
                            method=layer.emb_lookup)
     self._check(layer, variables,
                 lambda v: v['params']['logits_ffn']['linear']['w'].T, ids)
+
+  @absltest.skipIf(jax.default_backend() == 'tpu', 'TPUs keep the matmul')
+  def test_runs_as_a_gather(self):
+    layer = _make(embedding_softmax.SharedEmbeddingSoftmax, input_dims=3,
+                  num_classes=7, lookup_style='matmul')
+    ids = jnp.array([[0, 6, 3]])
+    variables = layer.init(jax.random.PRNGKey(0), ids, method=layer.emb_lookup)
+    jaxpr = jax.make_jaxpr(lambda v: layer.apply(
+        v, ids, method=layer.emb_lookup))(variables)
+    primitives = {e.primitive.name for e in jaxpr.jaxpr.eqns}
+    self.assertIn('gather', primitives)
+    self.assertNotIn('dot_general', primitives)
+
+  def test_lm_losses_are_those_of_the_one_hot_matmul(self):
+    np.testing.assert_allclose(record_matmul_lookup_losses.run(),
+                               _RECORDED_MATMUL_LOOKUP_LOSSES, rtol=1e-6)
 
   def test_gather_only_where_the_matmul_is_not_wanted(self):
     # pylint: disable=protected-access
