@@ -133,12 +133,13 @@ class SingleTaskDecodeProgram(programs.Program):
     lag = max(int(self._task.train.max_inflight_steps), 1)
     pending = collections.deque()
     num_steps = 0
+    keys = _program_utils.BatchKeys(self._prng_key)
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
       batch, rows = self._pad(batch)  # rows: (real, padded) or None.
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.decode_input_partition_spec(batch))
       pending.append((rows, self.decode_step(
-          eval_state, _program_utils.fold_in(self._prng_key, i), inputs)))
+          eval_state, keys(i), inputs)))
       num_steps += 1
       if len(pending) > lag:
         self._consume(*pending.popleft(), metrics, records, lines)

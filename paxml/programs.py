@@ -594,11 +594,12 @@ class BaseEvalProgram(Program):
     means = (_program_utils.DeviceMeans(loss_key)
              if self._task.metrics is None else None)
     results = []
+    keys = _program_utils.BatchKeys(self._eval_prng_seed)
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.eval_input_partition_spec(batch))
       out = self.eval_step(eval_state,
-                           _program_utils.fold_in(self._eval_prng_seed, i),
+                           keys(i),
                            inputs, static_args)
       in_flight.add(out.loss)
       if means is not None:

@@ -7,6 +7,7 @@ import tempfile
 from absl.testing import absltest
 import jax
 import numpy as np
+from paxml import _program_utils
 from paxml import partitioning_test
 from paxml import programs
 from paxml import tasks_lib
@@ -84,6 +85,24 @@ class EvalProgramTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'no ema_decay'):
       programs.get_eval_train_state(task, state, use_ema=True)
     self.assertFalse(tasks_lib.has_ema(task))
+
+
+class BatchKeysTest(absltest.TestCase):
+
+  def test_same_bits_as_fold_in_across_blocks(self):
+    key = jax.random.PRNGKey(11)
+    keys = _program_utils.BatchKeys(key)
+    for i in (0, 1, 63, 64, 130, 5):  # Back to an earlier block last.
+      got = keys(i)
+      self.assertIsInstance(got, np.ndarray)
+      np.testing.assert_array_equal(got, jax.random.fold_in(key, i))
+
+  def test_typed_keys(self):
+    key = jax.random.key(2)
+    keys = _program_utils.BatchKeys(key)
+    np.testing.assert_array_equal(
+        jax.random.key_data(keys(70)),
+        jax.random.key_data(jax.random.fold_in(key, 70)))
 
 
 class OutputFilesTest(absltest.TestCase):
