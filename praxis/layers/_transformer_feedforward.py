@@ -512,13 +512,7 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     logits = jnp.einsum('...m,me->...e', x, self.theta.gate)
     logits = attentions.cap_logits(logits, self.gating_logit_cap)
     gates, aux_loss = top2_gating(logits, paddings, num_groups)
-    hidden = jnp.einsum('...m,emh->...eh', x, self.theta.wi_0)
-    if self.use_gated_activation:
-      gate = jnp.einsum('...m,emh->...eh', x, self.theta.wi_gate_0)
-      hidden = self.activation(gate) * hidden
-    else:
-      hidden = self.activation(hidden)
-    hidden = self.relu_dropout(hidden)
+    hidden = self._hidden(x, '...m,emh->...eh')
     weighted = hidden * gates.astype(hidden.dtype)[..., None]
     return jnp.einsum('...eh,ehm->...m', weighted, self.theta.wo_0), aux_loss
 

@@ -98,13 +98,12 @@ def pool_2d(
       x = jnp.where(valid > 0, inputs, _lowest(inputs.dtype))
     out = _window_max(x, window, stride, padding)
   else:
-    x = inputs
     if valid is None:
       valid = jnp.ones((1,) + inputs.shape[1:3] + (1,), inputs.dtype)
     else:
       valid = jnp.broadcast_to(valid, valid.shape[:2] + (inputs.shape[2], 1))
     count = _window_sum(valid, window, stride, padding)
-    out = _window_sum(x, window, stride, padding)
+    out = _window_sum(inputs, window, stride, padding)
     out = out * jnp.where(count > 0, 1.0 / jnp.maximum(count, 1), 0)
     if jnp.issubdtype(inputs.dtype, jnp.inexact):  # As Pax: int -> float32.
       out = out.astype(inputs.dtype)
