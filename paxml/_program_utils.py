@@ -72,9 +72,9 @@ class BatchKeys:
   """`jax.random.fold_in(key, i)` for batch i, as host arrays (same bits).
 
   The keys are computed 64 at a time by one compiled call and fetched, so a
-  step takes its key as a plain host array: a separate tiny computation per
-  batch, which the next step waits behind on the devices, cost the decode
-  program about 3% of its time on a 2-core CPU. Typed keys
+  step takes its key as a plain host array instead of waiting on the devices
+  behind a separate tiny computation per batch (the decode program gained
+  0.8% on a 2-core CPU, median of 16 alternating runs). Typed keys
   (`jax.random.key`) stay on the devices, one `fold_in` per batch.
   """
 

@@ -343,6 +343,18 @@ def _one_hot_rows(table: JTensor, ids: JTensor) -> JTensor:
   return jnp.where(valid[..., None], rows, jnp.zeros((), table.dtype))
 
 
+def _layer_lookup(layer: base_layer.BaseLayer, table: JTensor, ids: JTensor,
+                  vocab_split: Any, lookup_fn: Any = None,
+                  einsum_fn: Any = None) -> JTensor:
+  """`embedding_lookup` by `layer.lookup_style`, a 'matmul' one as a gather
+  where `_computed_lookup_style` says so."""
+  plain = einsum_fn is None or type(einsum_fn) is base_ops.EinsumOp
+  if _computed_lookup_style(layer, vocab_split, plain) != layer.lookup_style:
+    return _one_hot_rows(table, ids)
+  return embedding_lookup(table, ids, layer.lookup_style, lookup_fn,
+                          einsum_fn)
+
+
 def _require_lookup_style(layer: base_layer.BaseLayer) -> None:
   if layer.lookup_style not in _LOOKUP_STYLES:
     raise ValueError(
@@ -508,13 +520,8 @@ class Embedding(base_layer.BaseLayer):
       in_range = ids < self.num_classes
       ids = jnp.where(in_range, ids, 0)
     wt = self.weight_split_dims_mapping.wt
-    style = _computed_lookup_style(
-        self, wt[0] if wt else None, type(self.einsum) is base_ops.EinsumOp)
-    if style != self.lookup_style:
-      embs = _one_hot_rows(self.theta.emb_var, ids)
-    else:
-      embs = embedding_lookup(self.theta.emb_var, ids, style,
-                              self.array_lookup, self.einsum)
+    embs = _layer_lookup(self, self.theta.emb_var, ids, wt[0] if wt else None,
+                         self.array_lookup, self.einsum)
     if in_range is not None:
       embs = jnp.where(in_range[..., None], embs, jnp.nan)
     return _scale_and_shard_embeddings(self, embs)
@@ -748,10 +755,7 @@ class SharedEmbeddingSoftmax(FullSoftmax):
     """Maps ids [...] to rows of the transposed logits weight [..., dims]."""
     table = jnp.transpose(self.logits_ffn.linear.theta.w)
     wt = self.weight_split_dims_mapping.wt
-    if _computed_lookup_style(self, wt[-1] if wt else None) != self.lookup_style:
-      embs = _one_hot_rows(table, ids)
-    else:
-      embs = embedding_lookup(table, ids, self.lookup_style)
+    embs = _layer_lookup(self, table, ids, wt[-1] if wt else None)
     return _scale_and_shard_embeddings(self, embs)
 
   def extend_step(self, ids: JTensor, *, time_step: JTensor) -> JTensor:
