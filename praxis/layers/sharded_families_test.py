@@ -10,7 +10,6 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from praxis import base_layer
 from praxis import pax_fiddle
@@ -21,11 +20,11 @@ from praxis.layers import ssm
 from praxis.layers import ssm_transformers
 from praxis.layers import transformer_models
 from praxis.layers.transformer_models_test import random_variables
+from praxis.layers.transformer_models_test import sharded_logits
 from praxis.layers import transformers
 
 instantiate = base_layer.instantiate
 VOCAB, D, HEADS, HIDDEN, B, T = 32, 16, 4, 32, 4, 8
-MESH_NAMES = ('replica', 'data', 'mdl')
 MESH_SHAPE = [1, 4, 2]  # 2 model shards: the grouped-query KV heads.
 
 
@@ -71,20 +70,8 @@ class ShardedFamiliesTest(test_utils.TestCase):
     variables = random_variables(self.rng, plain, ids, paddings)
     expected = jax.jit(plain.apply)(variables, ids, paddings).logits
 
-    p = transformer_models.TransformerLm.set_sharding_params_v1(
-        _lm(family), replica_axis='replica', data_axis='data', mdl_axis='mdl',
-        ici_mesh_shape=MESH_SHAPE, mesh_axis_names=MESH_NAMES,
-        training_optimized=True)
-    lm = instantiate(p)
-    specs = base_layer.var_partition_specs(
-        lm.abstract_init_with_metadata(ids, paddings), MESH_SHAPE, MESH_NAMES)
-    mesh = jax.sharding.Mesh(
-        np.array(jax.devices()[:8]).reshape(MESH_SHAPE), MESH_NAMES)
-    sharded = jax.tree.map(
-        lambda x, s: jax.device_put(x, jax.sharding.NamedSharding(mesh, s)),
-        variables, specs)
-    with jax.set_mesh(mesh):
-      logits = jax.jit(lm.apply)(sharded, ids, paddings).logits
+    sharded, logits = sharded_logits(_lm(family), variables, ids, paddings,
+                                     MESH_SHAPE)
     self.assertAllClose(logits, expected, atol=2e-5, rtol=2e-5)
     # The feed-forward (or expert) weights are split over the model axis.
     split = [leaf for leaf in jax.tree.leaves(sharded)

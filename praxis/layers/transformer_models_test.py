@@ -1,6 +1,7 @@
 """Tests of TransformerLm and TransformerEncoderDecoder."""
 
 import functools
+import math
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -41,6 +42,30 @@ def random_variables(rng, layer, *args):
   return jax.tree.map(
       lambda v: jnp.asarray(0.3 * rng.standard_normal(v.shape), jnp.float32),
       shapes)
+
+
+def sharded_logits(config, variables, ids, paddings, mesh_shape):
+  """(the variables split over a mesh of `mesh_shape` devices, the logits).
+
+  `config` is sharded by Pax's `TransformerLm.set_sharding_params_v1` over
+  the axes `MESH_NAMES`; the variables are placed by the partition specs of
+  its weights and the forward pass runs under one `jax.jit` on that mesh.
+  """
+  p = transformer_models.TransformerLm.set_sharding_params_v1(
+      config, replica_axis='replica', data_axis='data', mdl_axis='mdl',
+      ici_mesh_shape=mesh_shape, mesh_axis_names=MESH_NAMES,
+      training_optimized=True)
+  lm = instantiate(p)
+  specs = base_layer.var_partition_specs(
+      lm.abstract_init_with_metadata(ids, paddings), mesh_shape, MESH_NAMES)
+  mesh = jax.sharding.Mesh(
+      np.array(jax.devices()[:math.prod(mesh_shape)]).reshape(mesh_shape),
+      MESH_NAMES)
+  sharded = jax.tree.map(
+      lambda x, s: jax.device_put(x, jax.sharding.NamedSharding(mesh, s)),
+      variables, specs)
+  with jax.set_mesh(mesh):
+    return sharded, jax.jit(lm.apply)(sharded, ids, paddings).logits
 
 
 def np_log_softmax(x):
@@ -127,20 +152,8 @@ class ShardingTest(test_utils.TestCase):
     plain = instantiate(self._config())
     variables = random_variables(self.rng, plain, ids, paddings)
     expected = jax.jit(plain.apply)(variables, ids, paddings).logits
-    p = transformer_models.TransformerLm.set_sharding_params_v1(
-        self._config(), replica_axis='replica', data_axis='data',
-        mdl_axis='mdl', ici_mesh_shape=[1, 2, 4], mesh_axis_names=MESH_NAMES,
-        training_optimized=True)
-    lm = instantiate(p)
-    specs = base_layer.var_partition_specs(
-        lm.abstract_init_with_metadata(ids, paddings), [1, 2, 4], MESH_NAMES)
-    mesh = jax.sharding.Mesh(
-        np.array(jax.devices()[:8]).reshape(1, 2, 4), MESH_NAMES)
-    sharded = jax.tree.map(
-        lambda x, s: jax.device_put(x, jax.sharding.NamedSharding(mesh, s)),
-        variables, specs)
-    with jax.set_mesh(mesh):
-      logits = jax.jit(lm.apply)(sharded, ids, paddings).logits
+    sharded, logits = sharded_logits(self._config(), variables, ids,
+                                     paddings, [1, 2, 4])
     self.assertAllClose(logits, expected, atol=1e-5, rtol=1e-5)
     query_w = sharded['params']['transformer']['x_layers_0'][
         'self_attention']['query']['w']
