@@ -11,6 +11,7 @@ variables are loaded, and every step must give Pax's outputs.
 import json
 import math
 import os
+import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -19,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from praxis import base_layer
-from praxis import pax_fiddle
 from praxis.layers import activations
 from praxis.layers import attentions
 from praxis.layers import convolutions
@@ -27,6 +27,9 @@ from praxis.layers import embedding_softmax
 from praxis.layers import linears
 from praxis.layers import normalizations
 from praxis.layers import poolings
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'testdata'))
+import ref_configs  # pylint: disable=g-import-not-at-top
 
 _MODULES = dict(activations=activations, attentions=attentions,
                 convolutions=convolutions,
@@ -52,19 +55,6 @@ def _load():
 
 
 _CASES, _REF = _load()
-
-
-def _build(spec):
-  if isinstance(spec, dict) and '__cfg__' in spec:
-    module, cls = spec['__cfg__'].split('.')
-    fields = {k: _build(v) for k, v in spec.items() if k != '__cfg__'}
-    for k, v in fields.items():
-      if k.endswith('dtype') and isinstance(v, str):  # 'bfloat16' etc.
-        fields[k] = jnp.dtype(v)
-    return pax_fiddle.Config(getattr(_MODULES[module], cls), **fields)
-  if isinstance(spec, list):
-    return tuple(_build(v) for v in spec)
-  return spec
 
 
 def _flatten(tree, prefix, out):
@@ -150,7 +140,8 @@ class RealPaxTest(parameterized.TestCase):
   @parameterized.named_parameters((n, n) for n in sorted(_CASES))
   def test_matches_real_pax(self, name):
     spec = _CASES[name]
-    layer = base_layer.instantiate(_build(dict(spec['layer'], name='layer')))
+    layer = base_layer.instantiate(
+        ref_configs.build(dict(spec['layer'], name='layer'), _MODULES))
     context = base_layer.JaxContext.HParams(do_eval=spec['do_eval'])
     steps = spec['steps']
     with base_layer.JaxContext.new_context(hparams=context):

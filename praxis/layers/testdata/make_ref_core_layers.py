@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import numpy as np
 import praxis
 from praxis import base_layer
-from praxis import pax_fiddle
 from praxis.layers import activations  # pylint: disable=unused-import
 from praxis.layers import attentions
 from praxis.layers import convolutions  # pylint: disable=unused-import
@@ -40,6 +39,8 @@ from praxis.layers import embedding_softmax  # pylint: disable=unused-import
 from praxis.layers import linears  # pylint: disable=unused-import
 from praxis.layers import normalizations  # pylint: disable=unused-import
 from praxis.layers import poolings  # pylint: disable=unused-import
+from ref_configs import build  # pylint: disable=g-bad-import-order
+from ref_configs import cfg  # pylint: disable=g-bad-import-order
 
 assert 'site-packages' in praxis.__file__, praxis.__file__
 
@@ -50,25 +51,6 @@ PREFIX_DECODE_CACHE = base_layer.PREFIX_DECODE_CACHE
 _CARRIED = (NON_TRAINABLE, DECODE_CACHE, PREFIX_DECODE_CACHE)
 
 RNG = np.random.RandomState(0)
-
-
-def cfg(cls_path, **fields):
-  """A JSON-able template: {'__cfg__': 'module.Class', field: value}."""
-  return dict(__cfg__=cls_path, **fields)
-
-
-def build(spec):
-  """Decodes a JSON config (lists become tuples, cfg() dicts Configs)."""
-  if isinstance(spec, dict) and '__cfg__' in spec:
-    module, cls = spec['__cfg__'].split('.')
-    fields = {k: build(v) for k, v in spec.items() if k != '__cfg__'}
-    for k, v in fields.items():
-      if k.endswith('dtype') and isinstance(v, str):  # 'bfloat16' etc.
-        fields[k] = jnp.dtype(v)
-    return pax_fiddle.Config(getattr(globals()[module], cls), **fields)
-  if isinstance(spec, list):
-    return tuple(build(v) for v in spec)
-  return spec
 
 
 def step(method='__call__', mutable=(), **kwargs):
@@ -623,7 +605,7 @@ def _fresh(kwargs):
 
 def record(name, spec, arrays, meta):
   layer = base_layer.instantiate(
-      build(dict(spec['layer'], name='layer')))
+      build(dict(spec['layer'], name='layer'), globals()))
   context = base_layer.JaxContext.HParams(do_eval=spec['do_eval'])
   with base_layer.JaxContext.new_context(hparams=context):
     first = spec['steps'][0]
