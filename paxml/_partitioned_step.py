@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+from jax.extend import core as jax_core
 from paxml import mfu
 
 
@@ -18,18 +19,27 @@ class CompiledStep:
   or new static arguments is lowered and compiled once; later calls go
   straight to the executable.
 
+  Variants of one step share a trace: static arguments with a `trace_from`
+  attribute (other static arguments of the same step, whose outputs include
+  all of this variant's) are compiled from the jaxpr of that variant's trace,
+  their outputs chosen by `static_args.select_outputs((state, outputs))`.
+  The model is traced once and XLA drops the work of the outputs left out
+  (tracing a small LM's train step takes a second or more of start-up).
+
   Attributes:
     flops: XLA's FLOP count of one call of the first executable (None if
       unknown or not compiled yet).
   """
 
-  def __init__(self, jit_for: Callable[[Any, Any], Any],
+  def __init__(self, jit_for: Callable[..., Any],
                mesh: jax.sharding.Mesh,
                check_inputs: Callable[[Any], None]):
     """Constructor.
 
     Args:
-      jit_for: `(inputs, static_args) -> jax.jit-ed fn(state, key, inputs)`.
+      jit_for: `(inputs, static_args, fn=None) -> jax.jit-ed fn(state, key,
+        inputs)`: the step for `static_args`, or `fn` in its place with the
+        same shardings and donation.
       mesh: The mesh it is compiled under.
       check_inputs: Raises a clear error for inputs the mesh cannot split.
     """
@@ -37,6 +47,7 @@ class CompiledStep:
     self._mesh = mesh
     self._check_inputs = check_inputs
     self._executables: dict[Any, Any] = {}
+    self._traces: dict[Any, jax.stages.Traced] = {}
     self.flops = None
 
   def __call__(self, state: Any, prng_key: jax.Array, inputs: Any,
@@ -49,12 +60,37 @@ class CompiledStep:
       executable = self._compile(signature, state, prng_key, inputs)
     return executable(state, prng_key, inputs)
 
+  def _trace(self, signature: Any, state: Any, prng_key: jax.Array,
+             inputs: Any) -> jax.stages.Traced:
+    traced = self._traces.get(signature)
+    if traced is None:
+      traced = self._jit_for(inputs, signature[-1]).trace(
+          state, prng_key, inputs)
+      self._traces[signature] = traced
+    return traced
+
+  def _lower(self, signature: Any, state: Any, prng_key: jax.Array,
+             inputs: Any) -> jax.stages.Lowered:
+    static_args = signature[-1]
+    base = getattr(static_args, 'trace_from', None)
+    if base is None:
+      return self._trace(signature, state, prng_key, inputs).lower()
+    traced = self._trace(signature[:-1] + (base,), state, prng_key, inputs)
+    run = jax_core.jaxpr_as_fun(traced.jaxpr)
+
+    def variant(*args):
+      outputs = run(*jax.tree.leaves(args))
+      return static_args.select_outputs(
+          jax.tree.unflatten(traced.out_tree, outputs))
+
+    return self._jit_for(inputs, static_args, variant).lower(
+        state, prng_key, inputs)
+
   def _compile(self, signature: Any, state: Any, prng_key: jax.Array,
                inputs: Any) -> Any:
     self._check_inputs(inputs)
     with jax.set_mesh(self._mesh):
-      executable = self._jit_for(inputs, signature[-1]).lower(
-          state, prng_key, inputs).compile()
+      executable = self._lower(signature, state, prng_key, inputs).compile()
     if not self._executables:
       self.flops = mfu.compiled_flops(executable)
     self._executables[signature] = executable

@@ -465,9 +465,9 @@ class PjitPartitioner(Partitioner):
     state_shardings = self.state_shardings(discard_opt_states=is_eval)
     replicated = NamedSharding(self._mesh, PartitionSpec())
 
-    def jit_for(inputs, static_args):
+    def jit_for(inputs, static_args, fn=None):
       return jax.jit(
-          functools.partial(step, static_args=static_args),
+          fn or functools.partial(step, static_args=static_args),
           in_shardings=(state_shardings, replicated,
                         jax.tree.map(lambda x: self.input_sharding(
                             np.ndim(x)), inputs)),

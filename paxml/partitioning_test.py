@@ -1,11 +1,14 @@
 """Tests of the partitioner: SPMD sharding and data parallelism on 8 devices."""
 
+import dataclasses
+
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import learners
 from paxml import partitioning
+from paxml import programs
 from paxml import tasks_lib
 from paxml import trainer_lib
 from praxis import base_layer
@@ -148,6 +151,46 @@ class SpmdTest(absltest.TestCase):
     self.assertNotEmpty(mu)
     for leaf in mu:
       self.assertEqual(leaf.sharding.spec, P('data', 'mdl'))
+
+
+class StepVariantsTest(absltest.TestCase):
+
+  def test_variant_reuses_the_trace_and_computes_the_same_step(self):
+    # The loss-only variant (`trace_from` the summary variant) is compiled
+    # from the summary variant's trace: the model is traced once, whichever
+    # variant runs first, and both give the same new state and loss.
+    task = _task([1, 2, 4], l1_sharding=('data', 'mdl'))
+    partitioner = _partitioner(task)
+    traces = []
+
+    def counted_step(*args, **kwargs):
+      traces.append(kwargs['static_args'])
+      return trainer_lib.train_step_single_learner(*args, **kwargs)
+
+    full = programs._TrainStepStaticArgs(16)
+    lean = dataclasses.replace(full, with_summaries=False,
+                               with_per_example_out=False, trace_from=full)
+    batch = next(_batches(1))
+    for first, second in ((lean, full), (full, lean)):
+      traces.clear()
+      step, specs = partitioner.partition(counted_step, _spec(batch), False)
+      inputs = partitioner.preprocess_inputs(None, batch, specs)
+      out = {}
+      for static_args in (first, second):
+        state = _init(partitioner)  # Each call donates its state.
+        out[static_args] = step(state, jax.random.PRNGKey(1), inputs,
+                                static_args)
+      self.assertEqual(traces, [full])
+      (lean_state, lean_out), (full_state, full_out) = out[lean], out[full]
+      self.assertIsNone(lean_out.weighted_scalars)
+      self.assertIsNone(lean_out.per_example_out)
+      self.assertEqual(float(lean_out.loss), float(full_out.loss))
+      self.assertIn('loss', full_out.weighted_scalars)
+      jax.tree.map(np.testing.assert_array_equal,
+                   jax.device_get(lean_state.mdl_vars),
+                   jax.device_get(full_state.mdl_vars))
+      self.assertEqual(lean_state.mdl_vars['params']['l1']['w'].sharding.spec,
+                       P('data', 'mdl'))
 
 
 class DataParallelTest(absltest.TestCase):

@@ -120,10 +120,20 @@ class _TrainStepStaticArgs(BaseStepFnStaticArgs):
   Attributes:
     with_summaries: Return the weighted scalars and summary tensors.
     with_per_example_out: Return the per-example outputs.
+    trace_from: Static arguments of a variant that keeps at least these
+      outputs: this variant is then compiled from that one's trace (see
+      `_partitioned_step.CompiledStep`) instead of tracing the model again.
   """
 
   with_summaries: bool = True
   with_per_example_out: bool = True
+  trace_from: _TrainStepStaticArgs | None = None
+
+  def select_outputs(self, states_and_out: tuple[Any, StepFnOutput]
+                     ) -> tuple[Any, StepFnOutput]:
+    """(new states, outputs) of a step without what this leaves out."""
+    states, out = states_and_out
+    return states, _keep_outputs(out, self)
 
 
 def _keep_outputs(out: StepFnOutput, static_args: Any) -> StepFnOutput:
@@ -311,12 +321,15 @@ class BaseTrainProgram(Program):
         train_input.get_global_batch_size(train_input))
     self._progress = _program_utils.Progress(init_step)
     # Built once: a new object per step costs hashing in the step's cache.
+    # The loss-only variant reuses the summary variant's trace.
+    summary_step = _TrainStepStaticArgs(
+        unpadded_global_batch_size=self._train_unpadded_global_batch_size,
+        with_per_example_out=self._keep_per_example_out)
     self._static_args = {
-        with_summaries: _TrainStepStaticArgs(
-            unpadded_global_batch_size=self._train_unpadded_global_batch_size,
-            with_summaries=with_summaries,
-            with_per_example_out=with_summaries and self._keep_per_example_out)
-        for with_summaries in (False, True)}
+        True: summary_step,
+        False: dataclasses.replace(summary_step, with_summaries=False,
+                                   with_per_example_out=False,
+                                   trace_from=summary_step)}
     self._accumulator = _program_utils.SummaryAccumulator(
         task.train.summary_accumulate_interval_steps)
     train_p = task.train
