@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import pytest
 from paxml import _job_lock
+from paxml import _nonfinite_guard
 from paxml import _preemption
 from paxml import checkpoint_managers
 from paxml import checkpoints
@@ -150,6 +151,24 @@ def test_save_max_to_keep_one_keeps_the_newest(copy_of):
 
 
 # -- 1. Non-finite guard --------------------------------------------------------
+
+
+@pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
+def test_state_is_finite_finds_one_bad_entry_in_any_float_array(bad):
+  rng = np.random.default_rng(0)
+  state = {'w': rng.normal(size=(5, 3)).astype(np.float32),
+           'b16': jax.numpy.asarray(rng.normal(size=(4,)), jax.numpy.bfloat16),
+           'count': np.array([7], np.int32), 'empty': np.zeros((0, 2))}
+  assert _nonfinite_guard.state_is_finite(jax.tree.map(jax.numpy.asarray,
+                                                       state))
+  for name, index in (('w', (4, 2)), ('b16', (0,))):
+    broken = dict(state)
+    broken[name] = np.array(state[name], np.float32)
+    broken[name][index] = bad
+    broken[name] = broken[name].astype(state[name].dtype)
+    assert not np.all(np.isfinite(np.asarray(broken[name], np.float32)))
+    assert not _nonfinite_guard.state_is_finite(
+        jax.tree.map(jax.numpy.asarray, broken)), name
 
 
 @pytest.mark.parametrize('lr', [1e30, float('inf')])
