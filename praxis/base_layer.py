@@ -196,7 +196,8 @@ def _shared_layer_cache() -> weakref.WeakKeyDictionary:
 _SHARED_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any) -> Any:
+def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any,
+                      owned: bool = False) -> Any:
   """Builds a child layer; layers with a `shared_weight_layer_id` are shared.
 
   Within one `init`/`apply` (one root scope), the first config with a given
@@ -208,12 +209,16 @@ def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any) -> Any:
   Args:
     layer_p: The child's config.
     scope_root: The root scope of the current `init`/`apply`.
+    owned: `layer_p` is a copy made for this call, built in place (see
+      `pax_fiddle.build_owned`).
 
   Returns:
     The layer.
   """
   shared_id = getattr(layer_p, 'shared_weight_layer_id', None)
   if not shared_id or scope_root is None:
+    if owned:
+      return pax_fiddle.build_owned(layer_p)
     return pax_fiddle.instantiate(layer_p)
   cache = _shared_layer_cache().setdefault(scope_root, {})
   if shared_id in cache:
@@ -593,7 +598,7 @@ class BaseLayer(nn.Module):
     self.copy_base_hparams(self, p)
     p.name = name
     root = self.scope.root if self.scope is not None else None
-    child = instantiate_layer(p, root)
+    child = instantiate_layer(p, root, owned=not skip_clone)
     if self._state.in_setup:
       setattr(self, name, child)
       child = getattr(self, name)  # As adopted by Flax.
@@ -616,7 +621,7 @@ class BaseLayer(nn.Module):
       self.copy_base_hparams(self, p)
       p.name = f'{name}_{i}'
       root = self.scope.root if self.scope is not None else None
-      children.append(instantiate_layer(p, root))
+      children.append(instantiate_layer(p, root, owned=not skip_clone))
     if self._state.in_setup:
       setattr(self, name, children)
       children = list(getattr(self, name))  # As adopted by Flax.

@@ -181,6 +181,41 @@ class ConfigTest(test_utils.TestCase):
       pax_fiddle.build(pax_fiddle.Config(Needs))
 
 
+class CopyTest(test_utils.TestCase):
+
+  def test_clone_is_independent_and_shares_signature_information(self):
+    cfg = pax_fiddle.Config(Tree, tpls=[pax_fiddle.Config(Leaf, x=2)])
+    cfg.leaf_tpl.x = 5
+    copy_ = cfg.clone()
+    copy_.leaf_tpl.x = 6
+    copy_.tpls[0].y = 'b'
+    copy_.tpls.append(pax_fiddle.Config(Leaf))
+    self.assertEqual((cfg.leaf_tpl.x, cfg.tpls[0].y, len(cfg.tpls)),
+                     (5, 'a', 1))
+    self.assertEqual((copy_.leaf_tpl.x, copy_.tpls[0].y, len(copy_.tpls)),
+                     (6, 'b', 2))
+    self.assertIs(copy_.__signature_info__, cfg.__signature_info__)
+
+  def test_build_owned_builds_like_build_and_changes_its_argument(self):
+    def make():
+      return pax_fiddle.Config(Tree, leaf_tpl=pax_fiddle.Config(Leaf, x=4),
+                               leaf=pax_fiddle.Config(Leaf, y='c'))
+
+    cfg = make()
+    built = pax_fiddle.build(cfg)
+    self.assertEqual(cfg, make())  # build copies.
+    owned = make()
+    built_owned = pax_fiddle.build_owned(owned)
+    self.assertEqual(built_owned.leaf, Leaf(x=1, y='c'))
+    self.assertEqual(built_owned.leaf, built.leaf)
+    self.assertEqual(built_owned.leaf_tpl, built.leaf_tpl)
+    self.assertIsInstance(built_owned.leaf_tpl, pax_fiddle.Config)
+    # The template argument was wrapped in place.
+    self.assertNotEqual(owned, make())
+    self.assertIs(built_owned.leaf_tpl,
+                  fdl.get_callable(owned.leaf_tpl).template)
+
+
 class FieldMetadataTest(test_utils.TestCase):
 
   def test_field_defaults_and_tags_in_configs(self):
