@@ -22,6 +22,15 @@ every run, then per system the median over rounds, and the ratios
 (steps/s of this project over the real Pax's; the real Pax's start-up over
 this project's).
 
+With `--first_step`, each round also times a 1-step run of each system:
+start to the first step done is then read directly, as T(1) less one step
+(what a 1-step run does besides the step: process start, imports,
+initialisation, compiling what the first step needs, and the closing
+checkpoint), with less noise than the start-up above (which multiplies
+the error of the per-step estimate by `--short_steps`). It includes no work
+that the first step does not need (in this project, the loss-only variant
+of the step, compiled at the first step that runs it).
+
 With `--compilation_cache`, both systems get JAX's persistent compilation
 cache (`--jax_compilation_cache_dir`, one directory per system, filled by an
 untimed run first): the start-up of a rerun of the same experiment (a
@@ -76,6 +85,8 @@ def main() -> None:
   parser.add_argument('--compilation_cache', action='store_true',
                       help="Time reruns with JAX's persistent compilation "
                       'cache, warmed by an untimed run.')
+  parser.add_argument('--first_step', action='store_true',
+                      help='Also time 1-step runs: start to first step done.')
   args = parser.parse_args()
   if args.long_steps <= args.short_steps:
     parser.error('--long_steps must be larger than --short_steps')
@@ -93,14 +104,18 @@ def main() -> None:
       _run(python, args.exp, args.short_steps, exp_dir, extra[name])
   per_step = {name: [] for name in systems}
   startup = {name: [] for name in systems}
+  first = {name: [] for name in systems}
+  run_lengths = (args.short_steps, args.long_steps) + (
+      (1,) if args.first_step else ())
   print(f'{args.exp}: {args.short_steps} and {args.long_steps} steps, '
         f'{args.rounds} round(s), alternating'
         + (', warm compilation caches' if args.compilation_cache else ''))
   print(f'{"round":>5}  {"system":<14} {"T(short) s":>10} {"T(long) s":>10} '
-        f'{"ms/step":>8} {"start-up s":>10}')
+        f'{"ms/step":>8} {"start-up s":>10}'
+        + (f' {"T(1) s":>8} {"to step 1 s":>11}' if args.first_step else ''))
   for r in range(args.rounds):
     times = {name: {} for name in systems}
-    for steps in (args.short_steps, args.long_steps):
+    for steps in run_lengths:
       for name, python in systems.items():
         times[name][steps] = _run(python, args.exp, steps, exp_dir,
                                   extra[name])
@@ -110,8 +125,12 @@ def main() -> None:
       up = short - args.short_steps * step
       per_step[name].append(step)
       startup[name].append(up)
-      print(f'{r + 1:>5}  {name:<14} {short:>10.2f} {long:>10.2f} '
-            f'{1e3 * step:>8.1f} {up:>10.2f}', flush=True)
+      line = (f'{r + 1:>5}  {name:<14} {short:>10.2f} {long:>10.2f} '
+              f'{1e3 * step:>8.1f} {up:>10.2f}')
+      if args.first_step:
+        first[name].append(times[name][1] - step)
+        line += f' {times[name][1]:>8.2f} {first[name][-1]:>11.2f}'
+      print(line, flush=True)
   ours, ref = 'this project', 'real Pax 1.4'
   step_ratio = statistics.median(per_step[ref]) / statistics.median(
       per_step[ours])
@@ -121,6 +140,12 @@ def main() -> None:
         f'real Pax {1e3 * statistics.median(per_step[ref]):.1f}')
   print(f'steps/s, this project / real Pax: {step_ratio:.2f}x')
   print(f'start-up, real Pax / this project: {up_ratio:.2f}x faster here')
+  if args.first_step:
+    print('start to first step done (T(1) less one step), real Pax / this '
+          f'project: {statistics.median(first[ref]):.2f} s / '
+          f'{statistics.median(first[ours]):.2f} s = '
+          f'{statistics.median(first[ref]) / statistics.median(first[ours]):.2f}x'
+          ' faster here')
 
 
 if __name__ == '__main__':
