@@ -25,6 +25,8 @@ class CompiledStep:
   their outputs chosen by `static_args.select_outputs((state, outputs))`.
   The model is traced once and XLA drops the work of the outputs left out
   (tracing a small LM's train step takes a second or more of start-up).
+  Only traces of static arguments that have `select_outputs` (the kind a
+  variant names) are kept; eval and decode steps keep none.
 
   Attributes:
     flops: XLA's FLOP count of one call of the first executable (None if
@@ -74,6 +76,9 @@ class CompiledStep:
     static_args = signature[-1]
     base = getattr(static_args, 'trace_from', None)
     if base is None:
+      if not hasattr(static_args, 'select_outputs'):  # Nothing shares it.
+        return self._jit_for(inputs, static_args).lower(
+            state, prng_key, inputs)
       return self._trace(signature, state, prng_key, inputs).lower()
     traced = self._trace(signature[:-1] + (base,), state, prng_key, inputs)
     run = jax_core.jaxpr_as_fun(traced.jaxpr)
