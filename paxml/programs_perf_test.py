@@ -41,8 +41,12 @@ class _Writer:
     pass
 
 
-def _program(steps, keep_per_example_out=False, **train_fields):
-  """(per-step TrainProgramOutputs, the writer) of a run of `steps`."""
+def _program(steps, keep_per_example_out=False, inspect=None, **train_fields):
+  """(per-step TrainProgramOutputs, the writer) of a run of `steps`.
+
+  `inspect(state)`, if given, is called on the state after each step (the
+  next step donates it).
+  """
   task = partitioning_test._task(None, train_fields=dict(
       num_train_steps=100, eval_interval_steps=0, **train_fields))
   batches = list(partitioning_test._batches(4, batch=16))
@@ -61,6 +65,8 @@ def _program(steps, keep_per_example_out=False, **train_fields):
   for step in range(steps):
     outs.append(program.run(state, step))
     state = outs[-1].state
+    if inspect is not None:
+      inspect(state)
   program.shutdown()
   return outs, writer
 
@@ -165,13 +171,19 @@ class SummaryAccumulationTest(absltest.TestCase):
       self.assertEqual(writer.scalars[('Metrics/loss-weight', step)], 3.0)
 
   def test_every_other_step_written_at_the_last_accumulated_step(self):
-    outs, writer = _program(5, summary_interval_steps=5,
-                            summary_accumulate_interval_steps=2)
+    rms = []  # numpy: the RMS of the first layer's weights after each step.
+    outs, writer = _program(
+        5, summary_interval_steps=5, summary_accumulate_interval_steps=2,
+        inspect=lambda state: rms.append(np.sqrt(np.mean(np.asarray(
+            state.mdl_vars['params']['l1']['w'], np.float64) ** 2))))
     losses = [float(o.loss) for o in outs]
     # Steps 2 and 4 are kept; the write at step 5 is labelled 4, as Pax.
     self.assertAlmostEqual(writer.scalars[('loss', 4)],
                            (losses[1] + losses[3]) / 2, places=6)
     self.assertNotIn(('loss', 5), writer.scalars)
+    # Variable norms, as every summary: the mean over the kept steps.
+    self.assertAlmostEqual(writer.scalars[('vars/params/l1/w_scalar', 4)],
+                           (rms[1] + rms[3]) / 2, places=6)
 
   def test_bad_interval_is_refused(self):
     for bad in (0, -2, 1.5, True):

@@ -582,9 +582,7 @@ def train_step_single_learner(
     new_states = states.new_state(mdl_vars=mdl_vars,
                                   opt_states=[new_opt_state])
     if jax_task.train.variable_norm_summary:
-      _add_variable_norm_summaries(
-          new_states.mdl_vars,
-          is_summary_step(jax_task.train, states.step.astype(jnp.int32) + 1))
+      _add_variable_norm_summaries(new_states.mdl_vars)
     _add_dp_summaries(getattr(aux, 'dp_aux_info', None))
     bwd_summaries = base_layer.all_global_summaries()
 
@@ -612,30 +610,25 @@ def is_summary_step(train_p: Any, steps_done: Any) -> Any:
   return (steps_done % interval == 0) | (steps_done == train_p.num_train_steps)
 
 
-def _add_variable_norm_summaries(mdl_vars: Any, compute: jax.Array) -> None:
-  """`vars/<path>`: the root mean square of each float variable.
+def _add_variable_norm_summaries(mdl_vars: Any) -> None:
+  """`vars/<path>`: the root mean square of each float variable, every step.
 
-  A full pass over the variables: it runs only where `compute` holds (the
-  summary steps); the other steps report 0 without reading the variables.
+  As in Pax, every call computes them. The train program runs this full
+  step only on the steps that write or accumulate summaries (the others run
+  the loss-only variant, from which XLA drops this pass over the variables),
+  so the step needs no condition here: a condition on the summary interval
+  made accumulated means count zeros for the steps it skipped, and tied the
+  compiled step to `num_train_steps` (a restart with another step count
+  missed the persistent compilation cache).
 
   Args:
-    mdl_vars: The variables.
-    compute: A traced bool.
+    mdl_vars: The variables after the update.
   """
   paths = jax.tree.leaves(trees.to_path_tree(mdl_vars))
-  floats = [(path, v) for path, v in zip(paths, jax.tree.leaves(mdl_vars))
-            if jnp.issubdtype(v.dtype, jnp.inexact)]
-
-  def norms():
-    return [jnp.sqrt(jnp.mean(jnp.square(v.astype(jnp.float32))))
-            for _, v in floats]
-
-  def zeros():
-    return [jnp.zeros((), jnp.float32) for _ in floats]
-
-  values = jax.lax.cond(compute, norms, zeros)
-  for (path, _), rms in zip(floats, values):
-    base_layer.add_global_summary(f'vars/{path}', rms)
+  for path, v in zip(paths, jax.tree.leaves(mdl_vars)):
+    if jnp.issubdtype(v.dtype, jnp.inexact):
+      base_layer.add_global_summary(
+          f'vars/{path}', jnp.sqrt(jnp.mean(jnp.square(v.astype(jnp.float32)))))
 
 
 def _add_dp_summaries(dp_aux_info: Any) -> None:

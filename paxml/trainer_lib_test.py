@@ -191,16 +191,37 @@ class TrainStepTest(test_utils.TestCase):
                         np.ones(3))
     self.assertIn('vars/params/w_scalar', summaries)
 
-  def test_variable_norms_are_computed_on_summary_steps_only(self):
+  def test_variable_norms_are_the_rms_after_every_step(self):
+    # As Pax: computed on every call of the full step (the program calls it
+    # only on summary steps), whatever the summary interval.
     task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
     task_p.train.summary_interval_steps = 2
     task = base_hyperparams.instantiate(task_p)
     _, states, outs, _ = _run(task, _batches(self.rng, 3))
     norms = np.asarray(outs.summary_tensors['vars/params/w_scalar'])
-    # Step 2 (index 1) is a summary step: the RMS of the weights after it.
-    w = np.asarray(states.mdl_vars['params']['w'][1], np.float64)
-    self.assertAllClose(norms[1], np.sqrt(np.mean(w**2)), rtol=1e-6)
-    self.assertEqual((norms[0], norms[2]), (0.0, 0.0))
+    for i in range(3):
+      w = np.asarray(states.mdl_vars['params']['w'][i], np.float64)
+      self.assertAllClose(norms[i], np.sqrt(np.mean(w**2)), rtol=1e-6)
+
+  def test_full_step_does_not_depend_on_the_run_length(self):
+    # A restart with more steps must find the compiled step in the
+    # persistent compilation cache: same program text for any
+    # num_train_steps (the summary interval decides on the host).
+    batch = _index(_batches(self.rng, 1), 0)
+    texts = []
+    for steps in (10, 12):
+      task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
+      task_p.train.num_train_steps = steps
+      task = base_hyperparams.instantiate(task_p)
+      init_vars, hps = _np_vars(task, batch)
+      state = task.create_train_state(init_vars, hps)
+      step = functools.partial(trainer_lib.train_step_single_learner, task,
+                               var_weight_hparams=hps)
+      texts.append(jax.jit(step).lower(state, jax.random.PRNGKey(1),
+                                       batch).as_text())
+    self.assertIn('vars/params/w', str(jax.eval_shape(
+        step, state, jax.random.PRNGKey(1), batch)[1].summary_tensors))
+    self.assertEqual(texts[0], texts[1])
 
   @parameterized.named_parameters(
       ('adam', pax_fiddle.Config(optimizers.Adam, learning_rate=0.05)),
