@@ -41,6 +41,7 @@ from flax import struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from paxml import _init_trace
 from paxml import _summary_trees
 from paxml import _trainer_setup
 from paxml import checkpoint_types
@@ -154,6 +155,20 @@ def _abstract_init(task: tasks_lib.SingleTask, inputs: Any,
       _shape_dtype(inputs), do_eval=do_eval)
 
 
+def _declarations(task: tasks_lib.SingleTask, inputs: Any,
+                  do_eval: bool) -> Any:
+  """`_abstract_init`, traced so that `_init_variables` can replay it."""
+  shapes = _shape_dtype(inputs)
+  if task.model.fprop_dtype == jnp.bfloat16:
+    shapes = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(
+            x.shape, jnp.bfloat16 if x.dtype == jnp.float32 else x.dtype),
+        shapes)
+  rngs = jax.eval_shape(_rngs, jax.random.PRNGKey(0))
+  return _init_trace.declarations(task.model, rngs, shapes, do_eval,
+                                  original_inputs=_shape_dtype(inputs))
+
+
 def create_train_state_metadata(
     jax_task: tasks_lib.SingleTask,
     train_shape_dtype: Any,
@@ -171,7 +186,7 @@ def create_train_state_metadata(
   Returns:
     The metadata.
   """
-  hps = _abstract_init(jax_task, train_shape_dtype, do_eval)
+  hps = _declarations(jax_task, train_shape_dtype, do_eval)
   return TrainStateMetadata(
       input_shape_dtype=train_shape_dtype,
       var_weight_hparams=hps,
@@ -222,15 +237,15 @@ def initialize_model_state(
   model = jax_task.model
   do_eval = is_eval and not jax_task.train.always_use_train_for_model_init
   if var_weight_hparams is None:
-    var_weight_hparams = _abstract_init(jax_task, inputs_shape_dtype, do_eval)
+    var_weight_hparams = _declarations(jax_task, inputs_shape_dtype, do_eval)
   inputs = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
                         inputs_shape_dtype)
   if model.fprop_dtype == jnp.bfloat16:
     inputs = jax.tree.map(_to_bfloat16, inputs)
   _, init_key = jax.random.split(prng_key)
-  context = base_layer.JaxContext.HParams(do_eval=do_eval)
-  with base_layer.JaxContext.new_context(hparams=context):
-    variables = model.init(_rngs(init_key), inputs)
+  # The declarations' trace, replayed (the model is traced once for both).
+  variables = _init_trace.init_variables(model, _rngs(init_key), inputs,
+                                         do_eval)
   variables.pop('params_axes', None)
   state = jax_task.create_train_state(variables, var_weight_hparams,
                                       discard_opt_states)

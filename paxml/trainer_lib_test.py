@@ -395,6 +395,63 @@ class InitAndDecodeTest(test_utils.TestCase):
       trainer_lib.train_step_single_learner(task, None, None, batch)
 
 
+class _CountedRegression(Regression):
+  """Regression that records each trace of its forward pass."""
+
+  traces = []
+
+  def compute_predictions(self, input_batch):
+    _CountedRegression.traces.append(self.do_eval)
+    return super().compute_predictions(input_batch)
+
+
+class _OwnInitRegression(_CountedRegression):
+  """A model with its own `init` (the runner may not replay its trace)."""
+
+  def init(self, rngs, *args, **kwargs):
+    return super().init(rngs, *args, **kwargs)
+
+
+class InitTraceTest(test_utils.TestCase):
+
+  def _traces_and_states(self, cls, **model_kwargs):
+    task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
+    task_p.model = pax_fiddle.Config(cls, name='model', track_mean=True,
+                                     **model_kwargs)
+    task = base_hyperparams.instantiate(task_p)
+    batch = _index(_batches(self.rng, 1), 0)
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                          batch)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+    _CountedRegression.traces.clear()
+    meta = trainer_lib.create_train_state_metadata(task, shapes)
+    sharded, _ = trainer_lib.initialize_partitioned_model_states(
+        task, jax.random.PRNGKey(3), shapes, meta.partition_specs,
+        global_mesh=mesh, var_weight_hparams=meta.var_weight_hparams)
+    traces = len(_CountedRegression.traces)
+    # The reference: `model.init` traced on its own, outside any jit.
+    plain, _ = trainer_lib.initialize_model_state(
+        task, jax.random.PRNGKey(3), shapes)
+    return traces, meta, sharded, plain
+
+  def test_metadata_and_sharded_init_trace_the_model_once(self):
+    for kwargs in ({}, {'fprop_dtype': jnp.bfloat16}):
+      traces, meta, sharded, plain = self._traces_and_states(
+          _CountedRegression, **kwargs)
+      self.assertEqual(traces, 1, kwargs)
+      self.assertEqual(meta.var_weight_hparams['params']['w'].shape, [3, 2])
+      self.assertEqual(
+          meta.var_weight_hparams['non_trainable']['x_mean'].shape, [3])
+      jax.tree.map(self.assertArraysEqual, jax.device_get(sharded),
+                   jax.device_get(plain))
+
+  def test_a_model_with_its_own_init_is_traced_by_it(self):
+    traces, _, sharded, plain = self._traces_and_states(_OwnInitRegression)
+    self.assertEqual(traces, 2)
+    jax.tree.map(self.assertArraysEqual, jax.device_get(sharded),
+                 jax.device_get(plain))
+
+
 class _FakeModel:
   """Stands for a model in the post-init file test (its two parts)."""
 
