@@ -154,6 +154,23 @@ class EvalFetchTest(absltest.TestCase):
                                rtol=1e-5)
 
 
+class FetchTest(absltest.TestCase):
+
+  def test_device_arrays_become_numpy_other_leaves_stay(self):
+    host = np.ones(2, np.float32)
+    tree = {'a': jax.numpy.arange(6.0).reshape(2, 3), 'b': 2.5, 'c': host,
+            'd': (jax.numpy.int32(7), None)}
+    out = programs._program_utils.fetch(tree)
+    self.assertIsInstance(out['a'], np.ndarray)
+    np.testing.assert_array_equal(out['a'], np.arange(6.0).reshape(2, 3))
+    self.assertFalse(out['a'].flags.writeable)  # As jax.device_get's.
+    self.assertIs(out['b'], 2.5)
+    self.assertIs(out['c'], host)
+    self.assertIsInstance(out['d'][0], np.ndarray)
+    self.assertEqual(int(out['d'][0]), 7)
+    self.assertIsNone(out['d'][1])
+
+
 class SummaryAccumulationTest(absltest.TestCase):
 
   def test_every_step_accumulated_means_written_at_summary_steps(self):
