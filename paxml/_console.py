@@ -11,12 +11,15 @@ Private to `paxml.main`:
   `--library_logs`; Pax's own INFO lines and every warning stay.
 * `show_flags_in_help` lists the runner's flags in `--help` when the runner
   is started as the `paxml` console script.
+* `exit_process` ends the command without tearing down its modules.
 """
 
+import atexit
 import logging as std_logging
 import os
 import pathlib
 import sys
+import threading
 from typing import Any, Callable, Sequence
 
 from absl import flags
@@ -107,3 +110,37 @@ def show_flags_in_help(module_name: str, extra: Sequence[str] = ()) -> None:
   own += [values[name] for name in extra if name in values]
   for flag in own:
     values.register_key_flag_for_module(main_module, flag)
+
+
+def exit_process(code: Any) -> None:
+  """Ends the process as `sys.exit(code)` would, less the modules' teardown.
+
+  At exit the interpreter first joins the threads that are not daemons,
+  runs the exit handlers (`atexit`: logging's flush, `jax.distributed`'s
+  shutdown, ...) and flushes stdout and stderr; then it tears down every
+  module, some 1,500 after a run (jax, orbax, fiddle, ...): about 0.4 s on
+  a 2-core machine, spent after the work is done and saved. This does the
+  first three and skips the teardown. Only the command-line entry point
+  calls it, once the run has ended.
+
+  Args:
+    code: `SystemExit.code`: None or an int status, or a message (printed
+      on stderr, status 1).
+  """
+  if code is None:
+    status = 0
+  elif isinstance(code, int):
+    status = code
+  else:
+    print(code, file=sys.stderr)
+    status = 1
+  # What the interpreter runs first at exit: the threading module's exit
+  # callbacks (executors stop their workers) and the join of non-daemons.
+  threading._shutdown()  # pylint: disable=protected-access
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (AttributeError, OSError, ValueError):
+      pass
+  os._exit(status)  # pylint: disable=protected-access

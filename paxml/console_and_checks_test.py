@@ -1,6 +1,9 @@
 """Unit tests of the runner's config checks and console filter."""
 
 import logging
+import subprocess
+import sys
+import tempfile
 from typing import Optional, Union
 
 from absl.testing import absltest
@@ -62,3 +65,44 @@ class ConsoleFilterTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+_EXIT_SCRIPT = r'''
+import atexit, concurrent.futures, sys, threading, time
+from paxml import _console
+out = sys.argv[1]
+atexit.register(lambda: open(out, 'a').write('atexit\n'))
+def late():
+  time.sleep(0.2)
+  open(out, 'a').write('thread\n')
+threading.Thread(target=late).start()
+concurrent.futures.ThreadPoolExecutor(1).submit(lambda: None)
+sys.stdout.write('buffered')  # No newline: still in the buffer.
+_console.exit_process(eval(sys.argv[2]))
+'''
+
+
+class ExitProcessTest(absltest.TestCase):
+
+  def _exit(self, code):
+    with tempfile.TemporaryDirectory() as d:
+      script, out = f'{d}/exit.py', f'{d}/out.txt'
+      with open(script, 'w') as f:
+        f.write(_EXIT_SCRIPT)
+      proc = subprocess.run([sys.executable, script, out, repr(code)],
+                            capture_output=True, text=True, timeout=120)
+      with open(out) as f:
+        return proc, f.read()
+
+  def test_threads_joined_handlers_run_output_flushed(self):
+    for code, status in ((None, 0), (3, 3)):
+      proc, written = self._exit(code)
+      self.assertEqual(proc.returncode, status)
+      self.assertEqual(proc.stdout, 'buffered')
+      # The thread is joined first, then the exit handlers run.
+      self.assertEqual(written, 'thread\natexit\n')
+
+  def test_a_message_is_printed_with_status_one(self):
+    proc, _ = self._exit('stopped: disk full')
+    self.assertEqual(proc.returncode, 1)
+    self.assertEqual(proc.stderr.strip(), 'stopped: disk full')

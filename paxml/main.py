@@ -468,8 +468,11 @@ def main(argv: Sequence[str] | None = None) -> None:
   main_module = sys.modules.get('__main__')
   if main_module is not None and not main_module.__doc__:
     main_module.__doc__ = __doc__
-  app.run(_console.run_quietly(main, lambda: _LIBRARY_LOGS.value),
-          flags_parser=_console.one_line_flag_errors(absl_flags.flags_parser))
+  try:
+    app.run(_console.run_quietly(main, lambda: _LIBRARY_LOGS.value),
+            flags_parser=_console.one_line_flag_errors(absl_flags.flags_parser))
+  except SystemExit as e:  # How app.run ends, also after a run that worked.
+    _console.exit_process(e.code)
 
 
 # Fiddle's flags that this runner reads (listed in --help with its own).
