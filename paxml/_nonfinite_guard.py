@@ -39,12 +39,38 @@ def _all_finite(leaves: list[jax.Array]) -> jax.Array:
                             for x in leaves]))
 
 
+_NUMPY_FLOATS = (np.float16, np.float32, np.float64)
+
+
+def _read_in_place(x: Any) -> bool:
+  """Whether numpy can read `x` where it is, in a dtype it reduces fast."""
+  if np.dtype(x.dtype) not in _NUMPY_FLOATS:
+    return False  # bfloat16 reductions in numpy are ~70x slower.
+  if not isinstance(x, jax.Array):
+    return True
+  return x.is_fully_addressable and all(d.platform == 'cpu'
+                                        for d in x.devices())
+
+
+def _host_all_finite(x: np.ndarray) -> bool:
+  # max and min propagate NaN; an infinity is the max or the min.
+  with np.errstate(invalid='ignore'):
+    return bool(np.isfinite(x.max()) and np.isfinite(x.min()))
+
+
 def state_is_finite(state: Any) -> bool:
-  """Whether every floating-point array of `state` is finite."""
+  """Whether every floating-point array of `state` is finite.
+
+  Arrays in host memory (the CPU backend) are read in place by numpy,
+  which needs no program compiled (XLA's takes 0.1-0.2 s, in every run's
+  first save); others, and bfloat16 ones, by one compiled reduction.
+  """
   leaves = [x for x in jax.tree.leaves(state)
             if _is_float(x) and np.size(x)]
   if not leaves:
     return True
+  if all(_read_in_place(x) for x in leaves):
+    return all(_host_all_finite(np.asarray(x)) for x in leaves)
   return bool(_all_finite(leaves))
 
 

@@ -154,14 +154,19 @@ def test_save_max_to_keep_one_keeps_the_newest(copy_of):
 
 
 @pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
-def test_state_is_finite_finds_one_bad_entry_in_any_float_array(bad):
+@pytest.mark.parametrize('floats', [('b16',), ('f16', 'f64')])
+def test_state_is_finite_finds_one_bad_entry_in_any_float_array(bad, floats):
+  # With a bfloat16 array the state is checked by one compiled reduction;
+  # with numpy's float dtypes only, by numpy reading the arrays in place.
   rng = np.random.default_rng(0)
+  dtypes = {'b16': jax.numpy.bfloat16, 'f16': np.float16, 'f64': np.float64}
   state = {'w': rng.normal(size=(5, 3)).astype(np.float32),
-           'b16': jax.numpy.asarray(rng.normal(size=(4,)), jax.numpy.bfloat16),
            'count': np.array([7], np.int32), 'empty': np.zeros((0, 2))}
+  for name in floats:
+    state[name] = np.asarray(rng.normal(size=(4,)), dtypes[name])
   assert _nonfinite_guard.state_is_finite(jax.tree.map(jax.numpy.asarray,
                                                        state))
-  for name, index in (('w', (4, 2)), ('b16', (0,))):
+  for name, index in [('w', (4, 2))] + [(name, (0,)) for name in floats]:
     broken = dict(state)
     broken[name] = np.array(state[name], np.float32)
     broken[name][index] = bad

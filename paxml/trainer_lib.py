@@ -164,7 +164,7 @@ def _declarations(task: tasks_lib.SingleTask, inputs: Any,
         lambda x: jax.ShapeDtypeStruct(
             x.shape, jnp.bfloat16 if x.dtype == jnp.float32 else x.dtype),
         shapes)
-  rngs = jax.eval_shape(_rngs, jax.random.PRNGKey(0))
+  rngs = jax.eval_shape(lambda: _rngs(jax.random.PRNGKey(0)))  # No compile.
   return _init_trace.declarations(task.model, rngs, shapes, do_eval,
                                   original_inputs=_shape_dtype(inputs))
 
