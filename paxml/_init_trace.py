@@ -31,10 +31,11 @@ _MAX_TRACES = 4
 
 
 def _shares_trace(model: Any) -> bool:
+  # pylint: disable=protected-access
   cls, base = type(model), base_layer.BaseLayer
   return (isinstance(model, base) and cls.init is base.init and
           cls.abstract_init_with_metadata is base.abstract_init_with_metadata
-          and cls._abstract_init is base._abstract_init)  # pylint: disable=protected-access
+          and cls._abstract_init is base._abstract_init)
 
 
 def _signature(tree: Any) -> Any:

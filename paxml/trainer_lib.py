@@ -157,7 +157,8 @@ def _abstract_init(task: tasks_lib.SingleTask, inputs: Any,
 
 def _declarations(task: tasks_lib.SingleTask, inputs: Any,
                   do_eval: bool) -> Any:
-  """`_abstract_init`, traced so that `_init_variables` can replay it."""
+  """`_abstract_init`, traced so that the initialisation can replay it
+  (`_init_trace.init_variables`)."""
   shapes = _shape_dtype(inputs)
   if task.model.fprop_dtype == jnp.bfloat16:
     shapes = jax.tree.map(
