@@ -121,12 +121,16 @@ def exit_process(code: Any) -> None:
   module, some 1,500 after a run (jax, orbax, fiddle, ...): about 0.4 s on
   a 2-core machine, spent after the work is done and saved. This does the
   first three and skips the teardown. Only the command-line entry point
-  calls it, once the run has ended.
+  calls it, once the run has ended. Under a profiler or tracer (`python -m
+  cProfile`, coverage, a debugger), which may write its results after the
+  program returns, it exits as usual.
 
   Args:
     code: `SystemExit.code`: None or an int status, or a message (printed
       on stderr, status 1).
   """
+  if sys.getprofile() is not None or sys.gettrace() is not None:
+    sys.exit(code)
   if code is None:
     status = 0
   elif isinstance(code, int):

@@ -1,6 +1,7 @@
 """Unit tests of the runner's config checks and console filter."""
 
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -84,13 +85,17 @@ _console.exit_process(eval(sys.argv[2]))
 
 class ExitProcessTest(absltest.TestCase):
 
-  def _exit(self, code):
+  def _exit(self, code, profile=False):
     with tempfile.TemporaryDirectory() as d:
       script, out = f'{d}/exit.py', f'{d}/out.txt'
       with open(script, 'w') as f:
         f.write(_EXIT_SCRIPT)
-      proc = subprocess.run([sys.executable, script, out, repr(code)],
-                            capture_output=True, text=True, timeout=120)
+      profiler = ['-m', 'cProfile', '-o', f'{d}/prof'] if profile else []
+      proc = subprocess.run(
+          [sys.executable, *profiler, script, out, repr(code)],
+          capture_output=True, text=True, timeout=120)
+      if profile:  # cProfile writes its file after the program returns.
+        self.assertTrue(os.path.exists(f'{d}/prof'), proc.stderr)
       with open(out) as f:
         return proc, f.read()
 
@@ -101,6 +106,11 @@ class ExitProcessTest(absltest.TestCase):
       self.assertEqual(proc.stdout, 'buffered')
       # The thread is joined first, then the exit handlers run.
       self.assertEqual(written, 'thread\natexit\n')
+
+  def test_under_a_profiler_the_usual_exit(self):
+    # (cProfile itself turns a SystemExit into status 0.)
+    _, written = self._exit(3, profile=True)
+    self.assertEqual(written, 'thread\natexit\n')
 
   def test_a_message_is_printed_with_status_one(self):
     proc, _ = self._exit('stopped: disk full')
