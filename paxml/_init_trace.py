@@ -56,24 +56,24 @@ def _init_fn(model: Any, do_eval: bool) -> Callable[[Any, Any], Any]:
   return init
 
 
-def declarations(model: Any, rngs: Any, inputs: Any, do_eval: bool,
-                 original_inputs: Any) -> Any:
+def declarations(model: Any, rngs: Any, inputs: Any, do_eval: bool) -> Any:
   """The model's `WeightHParams`, as `model.abstract_init_with_metadata`.
 
   Args:
     model: The model.
     rngs: Shapes of the `{collection: key}` the initialisation will get.
-    inputs: Shapes of its inputs as the model gets them (float32 ones cast
-      to bfloat16 for a bfloat16 `fprop_dtype`).
+    inputs: Shapes of its inputs (float32 ones are traced as bfloat16 for a
+      bfloat16 `fprop_dtype`, as `BaseLayer` initialises).
     do_eval: Initialise in eval mode.
-    original_inputs: The input shapes before that cast (for models that
-      initialise their own way).
 
   Returns:
     `{'params': ..., 'non_trainable': ...}` of `WeightHParams`.
   """
   if not _shares_trace(model):
-    return model.abstract_init_with_metadata(original_inputs, do_eval=do_eval)
+    return model.abstract_init_with_metadata(inputs, do_eval=do_eval)
+  if model.fprop_dtype == jax.numpy.bfloat16:
+    # pylint: disable-next=protected-access
+    inputs = jax.tree.map(base_layer._to_bfloat16_shape, inputs)
   traced = jax.jit(_init_fn(model, do_eval)).trace(rngs, inputs)
   key = (id(model), _signature((rngs, inputs)), do_eval)
   _TRACES[key] = (model, traced)

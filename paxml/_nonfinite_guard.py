@@ -18,6 +18,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from paxml import _program_utils
 from paxml import _run_errors
 
 
@@ -46,10 +47,7 @@ def _read_in_place(x: Any) -> bool:
   """Whether numpy can read `x` where it is, in a dtype it reduces fast."""
   if np.dtype(x.dtype) not in _NUMPY_FLOATS:
     return False  # bfloat16 reductions in numpy are ~70x slower.
-  if not isinstance(x, jax.Array):
-    return True
-  return x.is_fully_addressable and all(d.platform == 'cpu'
-                                        for d in x.devices())
+  return not isinstance(x, jax.Array) or _program_utils.in_host_memory(x)
 
 
 def _host_all_finite(x: np.ndarray) -> bool:

@@ -59,7 +59,8 @@ def fetch(tree: Any) -> Any:
       return x.addressable_data(0)
     return x
   tree = jax.tree.map(local, tree)
-  if all(_in_host_memory(x) for x in jax.tree.leaves(tree)):
+  if all(not isinstance(x, jax.Array) or in_host_memory(x)
+         for x in jax.tree.leaves(tree)):
     # CPU arrays are read in place: `device_get` would first start a copy
     # of each (`copy_to_host_async`), which costs the decode program about
     # twice the host time per batch when the outputs are not ready yet.
@@ -68,10 +69,11 @@ def fetch(tree: Any) -> Any:
   return jax.device_get(tree)
 
 
-def _in_host_memory(x: Any) -> bool:
-  if not isinstance(x, jax.Array):
-    return True
-  return all(d.platform == 'cpu' for d in x.devices())
+def in_host_memory(x: jax.Array) -> bool:
+  """Whether all of `x` is in this process's host memory (CPU devices):
+  numpy then reads it in place."""
+  return x.is_fully_addressable and all(d.platform == 'cpu'
+                                        for d in x.devices())
 
 
 # `jax.random.fold_in` of a batch index, compiled once: the eager call costs

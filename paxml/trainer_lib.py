@@ -159,15 +159,9 @@ def _declarations(task: tasks_lib.SingleTask, inputs: Any,
                   do_eval: bool) -> Any:
   """`_abstract_init`, traced so that the initialisation can replay it
   (`_init_trace.init_variables`)."""
-  shapes = _shape_dtype(inputs)
-  if task.model.fprop_dtype == jnp.bfloat16:
-    shapes = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(
-            x.shape, jnp.bfloat16 if x.dtype == jnp.float32 else x.dtype),
-        shapes)
   rngs = jax.eval_shape(lambda: _rngs(jax.random.PRNGKey(0)))  # No compile.
-  return _init_trace.declarations(task.model, rngs, shapes, do_eval,
-                                  original_inputs=_shape_dtype(inputs))
+  return _init_trace.declarations(task.model, rngs, _shape_dtype(inputs),
+                                  do_eval)
 
 
 def create_train_state_metadata(
