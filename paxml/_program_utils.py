@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import base_metrics
+from paxml import io_utils
 from paxml import summary_utils
 from praxis import base_hyperparams
 
@@ -372,58 +373,43 @@ class Progress:
     return rates
 
 
-def _json_default(x: Any) -> Any:
-  if isinstance(x, (np.ndarray, np.generic, jax.Array)):
-    return np.asarray(x).tolist()
-  return str(x)
+class KeyValueOutputs:
+  """An eval or decode program's (key, value) outputs, written as Pax writes.
 
-
-def json_line(key: Any, value: Any) -> str:
-  """`{"key": str(key), "value": value}` as one JSON line (no newline).
-
-  Arrays and numpy scalars become lists and numbers, what else JSON cannot
-  hold its `str()`; one pass of the encoder (outputs are written per
-  decoded example, so this is on the decode program's host path).
-  """
-  return json.dumps({'key': str(key), 'value': value}, default=_json_default)
-
-
-class JsonLines:
-  """`(key, value)` records encoded as JSON lines as they arrive, written once.
-
-  The decode program encodes each batch's records while the devices decode
-  the next batches, instead of all of them after the last one. A record JSON
-  cannot hold drops the whole file (logged at `write`), as Pax's
-  `safe_write_key_value_pairs`.
+  `<name>.jsonl` holds one value a line (`io_utils.JnpEncoder`) and, when
+  asked, `<name>.pickle` the (key, value) pairs, as
+  `io_utils.write_key_value_pairs`. The decode program adds each batch's
+  records as they arrive, so their JSON lines are encoded while the devices
+  decode the next batches instead of all after the last one. A value JSON
+  cannot hold is logged at `write` and leaves no `.jsonl`; the pickle is
+  still written.
   """
 
   def __init__(self):
+    self.pairs = []
     self._lines = []
     self._error = None
 
   def add(self, key_value_pairs: Any) -> None:
+    key_value_pairs = list(key_value_pairs)
+    self.pairs.extend(key_value_pairs)
     if self._error is not None:
       return
     try:
-      self._lines.extend(json_line(k, v) for k, v in key_value_pairs)
+      self._lines.extend(json.dumps(v, cls=io_utils.JnpEncoder)
+                         for _, v in key_value_pairs)
     except (TypeError, ValueError) as e:
       self._error, self._lines = e, []
 
-  def write(self, filename: Any) -> None:
-    """Writes the lines to `filename` (its folder is made if needed)."""
-    if self._error is not None:
-      logging.warning('Outputs for %s are not serializable: %s', filename,
-                      self._error)
-      return
+  def write(self, filename: Any, write_pickle: bool = True) -> None:
+    """Writes `filename` + `.jsonl` (and `.pickle`); makes its folder."""
     path = epath.Path(filename)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(''.join(line + '\n' for line in self._lines))
-
-
-def jsonable(value: Any) -> Any:
-  """`value` with numpy arrays and scalars turned into JSON types."""
-  return json.loads(json.dumps(
-      jax.tree.map(lambda x: np.asarray(x).tolist()
-                   if isinstance(x, (np.ndarray, np.generic, jax.Array))
-                   else x, value),
-      default=str))
+    if write_pickle:
+      io_utils.write_pickle_file(path, self.pairs)
+    if self._error is not None:
+      logging.warning('Outputs for %s are not serializable: %s', path,
+                      self._error)
+      return
+    path.with_suffix('.jsonl').write_text(
+        ''.join(line + '\n' for line in self._lines))

@@ -3,8 +3,9 @@
 Public names: DecodeProgramOutput, SingleTaskDecodeProgram.
 
 Metrics go to `<job_log_dir>/summaries/decode_test_<input name>/`, decoded
-outputs as JSON lines to
-`<job_log_dir>/decoder_out/<input name>/decoder_out_<step>_shard_<host>.jsonl`.
+outputs, as Pax writes them, to
+`<job_log_dir>/decoder_out/<input name>/decoder_out_<step>_shard_<host>`:
+`.jsonl` (a value a line) and `.pickle` (the (key, value) pairs).
 
   program = decode_programs.SingleTaskDecodeProgram(decode_input_p)
   program.setup(task, partitioner, job_log_dir, decode_key)
@@ -69,6 +70,7 @@ class SingleTaskDecodeProgram(programs.Program):
     self._step_fn = None
     self._input_specs = None
     self._full_rows = None
+    self._output_pickle = True
 
   @property
   def decode_input(self) -> Any:
@@ -84,10 +86,10 @@ class SingleTaskDecodeProgram(programs.Program):
       partitioner: The partitioner (set up).
       job_log_dir: The run's directory.
       decode_prng_seed: The decoding key (each batch folds its index in).
-      output_pickle: Unused (outputs are written as JSON lines).
+      output_pickle: Write the outputs' `.pickle` beside their `.jsonl`.
       enable_summary_writer: Write TensorBoard summaries.
     """
-    del output_pickle
+    self._output_pickle = output_pickle
     self._task = task
     self._partitioner = partitioner
     self._prng_key = decode_prng_seed
@@ -129,7 +131,7 @@ class SingleTaskDecodeProgram(programs.Program):
     eval_state = programs.get_eval_train_state(
         self._task, state, self._task.train.decode_use_ema_states)
     metrics = _program_utils.new_metrics(self._task)
-    records, lines = [], _program_utils.JsonLines()
+    outputs = _program_utils.KeyValueOutputs()
     lag = max(int(self._task.train.max_inflight_steps), 1)
     pending = collections.deque()
     num_steps = 0
@@ -142,14 +144,15 @@ class SingleTaskDecodeProgram(programs.Program):
           eval_state, keys(i), inputs)))
       num_steps += 1
       if len(pending) > lag:
-        self._consume(*pending.popleft(), metrics, records, lines)
+        self._consume(*pending.popleft(), metrics, outputs)
     while pending:
-      self._consume(*pending.popleft(), metrics, records, lines)
+      self._consume(*pending.popleft(), metrics, outputs)
     final = {k: (float(v), float(w))
              for k, (v, w) in metrics.finalize().items()}
     self._write_summaries(step, final)
-    lines.write(self._output_dir /
-                (programs.get_filename(step, 'decoder') + '.jsonl'))
+    records = outputs.pairs
+    outputs.write(self._output_dir / programs.get_filename(
+        step, programs.EvaluationMode.DECODE.value), self._output_pickle)
     logging.info('decode %s at step %d: %d outputs %s', self._name, step,
                  len(records), final)
     for key, value in records[:2]:
@@ -161,7 +164,7 @@ class SingleTaskDecodeProgram(programs.Program):
         num_decode_steps=num_steps, records=records)
 
   def _consume(self, rows: tuple[int, int] | None, out: Any, metrics: Any,
-               records: list[Any], lines: _program_utils.JsonLines) -> None:
+               outputs: _program_utils.KeyValueOutputs) -> None:
     """Fetches one batch's outputs; stores its metrics and records."""
     out = _program_utils.fetch(out)
     per_example = out.per_example_out
@@ -172,8 +175,7 @@ class SingleTaskDecodeProgram(programs.Program):
         self._input, per_example)
     metrics.store({**_program_utils.host_scalars(out.weighted_scalars),
                    **_program_utils.host_scalars(scalars)})
-    records.extend(kv_pairs)
-    lines.add(kv_pairs)
+    outputs.add(kv_pairs)
 
   def _pad(self, batch: Any) -> tuple[Any, tuple[int, int] | None]:
     """(the batch padded to the full size, (real rows, padded rows) or None).

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import pickle
 import tempfile
 
 from absl.testing import absltest
@@ -9,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import decode_programs
+from paxml import io_utils
 from paxml import partitioning
 from paxml import tasks_lib
 from praxis import base_hyperparams
@@ -118,7 +120,7 @@ class DecodeProgramTest(absltest.TestCase):
         lambda a: jax.ShapeDtypeStruct((8,) + a.shape[1:], a.dtype), data)))
     _, state, _ = partitioner.initialize_prng_key_and_train_state(
         jax.random.PRNGKey(0), None, None)
-    job_dir = pathlib.Path(tempfile.mkdtemp())
+    job_dir = pathlib.Path(tempfile.mkdtemp()) / '1'  # As load_outputs wants.
     program = decode_programs.SingleTaskDecodeProgram(input_p)
     program.setup(task, partitioner, job_dir, jax.random.PRNGKey(1),
                   enable_summary_writer=False)
@@ -126,11 +128,18 @@ class DecodeProgramTest(absltest.TestCase):
     program.shutdown()
     self.assertEqual(out.num_decode_steps, 3)
     self.assertAlmostEqual(out.decode_metrics['x_mean'], x.mean(), places=4)
-    path = job_dir / 'decoder_out' / 'dec' / 'decoder_out_7_shard_0.jsonl'
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    got = {int(r['key']): r['value'] for r in rows}
+    path = job_dir / 'decoder_out' / 'dec' / 'decoder_out_7_shard_0'
+    with path.with_suffix('.pickle').open('rb') as f:
+      pairs = pickle.load(f)
+    got = {int(k): v for k, v in pairs}
     self.assertEqual(sorted(got), list(range(24)))
     np.testing.assert_allclose([got[i] for i in range(24)], 2 * x)
+    # The .jsonl holds the values alone, in the pickle's order (as Pax).
+    values = [json.loads(line) for line in
+              path.with_suffix('.jsonl').read_text().splitlines()]
+    np.testing.assert_allclose(values, [v for _, v in pairs])
+    loaded = io_utils.load_outputs(job_dir, 'dec', 'decoder')
+    self.assertEqual([k for k, _ in loaded], [k for k, _ in pairs])
 
 
 if __name__ == '__main__':

@@ -100,10 +100,13 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
       read_only=True)
   progs = make_programs(configs)
   for program in progs:
-    key = keys[1] if isinstance(
-        program, decode_programs_lib.SingleTaskDecodeProgram) else keys[0]
-    program.setup(task, partitioner, job_log_dir, key,
-                  enable_summary_writer=options.enable_summary_writer)
+    if isinstance(program, decode_programs_lib.SingleTaskDecodeProgram):
+      program.setup(task, partitioner, job_log_dir, keys[1],
+                    output_pickle=options.decode_output_pickle,
+                    enable_summary_writer=options.enable_summary_writer)
+    else:
+      program.setup(task, partitioner, job_log_dir, keys[0],
+                    enable_summary_writer=options.enable_summary_writer)
   done, damaged, metrics = None, set(), None
   wait_start, last_wait_log = time.monotonic(), None
   while True:
@@ -247,20 +250,21 @@ def decode(
     run_eval: Also run the eval programs.
     early_stopping_fn: Ignored.
     enable_auto_sharding: Ignored.
-    output_pickle: Ignored (outputs are JSON lines).
+    output_pickle: Also write the outputs' `.pickle` beside the `.jsonl`.
     enforce_restore_shape_check: Ignored (shapes are always checked).
     tensorstore_use_ocdbt: Ignored.
     enable_summary_writer: Write TensorBoard summaries.
     once: Decode the latest checkpoint once (overrides continuous_decode).
   """
   del (maybe_use_persistence_checkpointing, early_stopping_fn,
-       enable_auto_sharding, output_pickle, enforce_restore_shape_check,
+       enable_auto_sharding, enforce_restore_shape_check,
        tensorstore_use_ocdbt)
   options = _options(
       job_log_dir, 'decode', restore_checkpoint_dir=restore_checkpoint_dir,
       restore_checkpoint_step=restore_checkpoint_step,
       eval_during_decode=bool(run_eval),
-      enable_summary_writer=enable_summary_writer)
+      enable_summary_writer=enable_summary_writer,
+      decode_output_pickle=output_pickle)
   once = (not continuous_decode) if once is None else once
   make = lambda c: _decode_programs(c, options.eval_during_decode)
   _follow_checkpoints(train.as_experiment_configs(experiment_config), options,

@@ -46,6 +46,8 @@ class RunOptions:
     restore_checkpoint_step: The step to restore (default: the latest).
     enable_checkpoint_saving: Write checkpoints.
     enable_summary_writer: Write TensorBoard summaries.
+    decode_output_pickle: A decode job also writes its outputs' `.pickle`
+      (training's decode programs always do, as in Pax).
   """
 
   job_log_dir: pathlib.Path
@@ -57,6 +59,7 @@ class RunOptions:
   restore_checkpoint_step: int | None = None
   enable_checkpoint_saving: bool = True
   enable_summary_writer: bool = True
+  decode_output_pickle: bool = True
 
 
 def abstract_train_state(partitioner: Any,

@@ -1,8 +1,8 @@
 """Files of eval/decode jobs: outputs, sharded records, progress markers.
 
 Public names: EvaluationMode, OutputFormatType, ShardedParallelWriter,
-JnpEncoder, write_key_value_pairs, load_outputs, checkpoint_progress,
-get_checkpoint_step.
+JnpEncoder, write_key_value_pairs, write_pickle_file, load_outputs,
+checkpoint_progress, get_checkpoint_step.
 
 * `write_key_value_pairs` writes outputs as JSON lines (values only), and a
   pickle of the pairs beside it.
@@ -150,6 +150,16 @@ class JnpEncoder(json.JSONEncoder):
     return super().default(o)
 
 
+def write_pickle_file(filename: epath.PathLike,
+                      key_value_pairs: Sequence[tuple[str | None, Any]],
+                      cast_to_ndarray: bool = True) -> None:
+  """Pickles the pairs to `<filename>.pickle` (what `load_outputs` reads)."""
+  if cast_to_ndarray:
+    key_value_pairs = jax.tree.map(_to_ndarray, key_value_pairs)
+  with epath.Path(filename).with_suffix('.pickle').open('wb') as f:
+    pickle.dump(key_value_pairs, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def write_key_value_pairs(
     filename: epath.PathLike,
     key_value_pairs: Sequence[tuple[str | None, Any]],
@@ -169,8 +179,7 @@ def write_key_value_pairs(
   if cast_to_ndarray:
     key_value_pairs = jax.tree.map(_to_ndarray, key_value_pairs)
   if write_pickle:
-    with filename.with_suffix('.pickle').open('wb') as f:
-      pickle.dump(key_value_pairs, f, protocol=pickle.HIGHEST_PROTOCOL)
+    write_pickle_file(filename, key_value_pairs, cast_to_ndarray=False)
   with filename.with_suffix('.jsonl').open('w') as f:
     for _, value in key_value_pairs:
       f.write(json.dumps(value, cls=JnpEncoder) + '\n')

@@ -123,9 +123,9 @@ flags.DEFINE_string(
     'checkpoint_todelete_subdir', None,
     'Pax: rename old checkpoints into this subdirectory instead of deleting '
     'them (not supported).')
-flags.DEFINE_bool(
+_DECODE_OUTPUT_PICKLE = flags.DEFINE_bool(
     'decode_output_pickle', True,
-    'Pax: also write decode outputs as .pickle (here: JSON lines only).')
+    'A decode job also writes its outputs as .pickle beside the .jsonl.')
 flags.DEFINE_bool('enable_auto_sharding', False,
                   "XLA's auto-SPMD partitioner (not supported).")
 # Tuning: an experiment whose configs have PyGlove decision points is tuned
@@ -340,7 +340,8 @@ def _run_options(restore_step: int | None, job_log_dir: Any = None,
       restore_checkpoint_step=restore_step,
       enable_checkpoint_saving=(_SAVE.value if enable_checkpoint_saving is None
                                 else enable_checkpoint_saving),
-      enable_summary_writer=_SUMMARIES.value)
+      enable_summary_writer=_SUMMARIES.value,
+      decode_output_pickle=_DECODE_OUTPUT_PICKLE.value)
 
 
 def run_experiment(experiment_config: Any, work_unit: Any = None,

@@ -8,6 +8,7 @@ subprocess and kill it with signals.
 import json
 import os
 import pathlib
+import pickle
 import signal
 import subprocess
 import sys
@@ -108,27 +109,33 @@ class TrainRunTest(absltest.TestCase):
                           'loss')
     np.testing.assert_allclose(plain_loss[40], mse, rtol=1e-5)
 
-  def test_decoder_out_jsonl(self):
-    lines = (self.job_dir / 'decoder_out' / 'decode' /
-             'decoder_out_40_shard_0.jsonl').read_text().splitlines()
+  def test_decoder_out_jsonl_and_pickle(self):
+    out = self.job_dir / 'decoder_out' / 'decode' / 'decoder_out_40_shard_0'
+    lines = out.with_suffix('.jsonl').read_text().splitlines()
     self.assertLen(lines, 64)
-    record = json.loads(lines[0])
-    self.assertEqual(record['key'], 'example_0')
-    self.assertLen(record['value']['prediction'], 2)
+    value = json.loads(lines[0])  # A line is the value alone, as in Pax.
+    self.assertLen(value['prediction'], 2)
+    with out.with_suffix('.pickle').open('rb') as f:
+      pairs = pickle.load(f)
+    self.assertEqual(pairs[0][0], 'example_0')
+    np.testing.assert_allclose(pairs[0][1]['prediction'], value['prediction'],
+                               rtol=1e-6)
 
   def test_decode_once_job_on_the_trained_checkpoints(self):
     out_dir = pathlib.Path(tempfile.mkdtemp())
     _run_main(f'--exp={_EXP}', f'--job_log_dir={out_dir}', '--mode=decode_once',
-              f'--restore_checkpoint_dir={self.job_dir / "checkpoints"}')
+              f'--restore_checkpoint_dir={self.job_dir / "checkpoints"}',
+              '--nodecode_output_pickle')
     name = pathlib.Path('decoder_out', 'decode', 'decoder_out_40_shard_0.jsonl')
     once = [json.loads(x) for x in (out_dir / name).read_text().splitlines()]
     during_train = [json.loads(x)
                     for x in (self.job_dir / name).read_text().splitlines()]
     self.assertLen(once, 64)
+    self.assertFalse((out_dir / name).with_suffix('.pickle').exists())
     # One device here, eight in the training run: equal up to rounding.
     np.testing.assert_allclose(
-        [r['value']['prediction'] for r in once],
-        [r['value']['prediction'] for r in during_train], rtol=1e-5)
+        [r['prediction'] for r in once],
+        [r['prediction'] for r in during_train], rtol=1e-5)
 
   def test_checkpoint_of_another_shape_names_the_variable(self):
     out_dir = pathlib.Path(tempfile.mkdtemp())

@@ -24,7 +24,6 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
-import enum
 import json
 import time
 from typing import Any, Callable, Mapping
@@ -35,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import _program_utils
+from paxml import io_utils
 from paxml import mfu
 from paxml import profiling
 from paxml import summary_utils
@@ -172,12 +172,7 @@ class EvalProgramOutput(ProgramOutput):
   num_eval_steps: int = 0
 
 
-@enum.unique
-class EvaluationMode(str, enum.Enum):
-  """Which kind of outputs a file holds (its name's prefix)."""
-
-  EVAL = 'eval'
-  DECODE = 'decode'
+EvaluationMode = io_utils.EvaluationMode
 
 
 def get_filename(step: Any, prefix: str) -> str:
@@ -190,35 +185,36 @@ def get_filename(step: Any, prefix: str) -> str:
 def safe_write_key_value_pairs(filename: Any, key_value_pairs: Any,
                                cast_to_ndarray: bool = True,
                                write_pickle: bool = True) -> None:
-  """Writes `(key, value)` pairs as JSON lines `{"key": ..., "value": ...}`.
-
-  Arrays become lists and what JSON cannot hold its `str()`; a pair that
-  still fails is logged and the file is not written. No pickle is written.
+  """`io_utils.write_key_value_pairs`, logging a value JSON cannot hold.
 
   Args:
-    filename: The file.
-    key_value_pairs: The pairs.
-    cast_to_ndarray: Unused (arrays are always converted).
-    write_pickle: Unused.
+    filename: The path; `.jsonl` and `.pickle` replace its suffix.
+    key_value_pairs: The (key, value) pairs.
+    cast_to_ndarray: Turn device arrays into numpy arrays first.
+    write_pickle: Also write the `.pickle` of the pairs.
   """
-  del cast_to_ndarray, write_pickle
-  lines = _program_utils.JsonLines()
-  lines.add(key_value_pairs)
-  lines.write(filename)
+  try:
+    io_utils.write_key_value_pairs(filename, key_value_pairs, cast_to_ndarray,
+                                   write_pickle)
+  except TypeError as e:
+    logging.warning('Outputs for %s are not serializable: %s', filename, e)
 
 
 def maybe_write_eval_outputs(mode: EvaluationMode, output_dir: Any, step: int,
                              eval_outputs: Any,
                              write_pickle: bool = True) -> None:
-  """Writes outputs to `<output_dir>/<mode>_out_<step>_shard_<i>`.
+  """Writes outputs to `<output_dir>/<mode>_out_<step>_shard_<i>.jsonl`.
 
-  Only process 0 writes.
+  And `.pickle` beside it unless `write_pickle` is False. Only process 0
+  writes.
   """
   if jax.process_index() != 0:
     return
-  safe_write_key_value_pairs(
-      epath.Path(output_dir) / get_filename(step, mode.value), eval_outputs,
-      write_pickle=write_pickle)
+  filename = epath.Path(output_dir) / get_filename(step, mode.value)
+  filename.parent.mkdir(parents=True, exist_ok=True)
+  logging.info('Writing %s outputs to %s with %d entries', mode.value,
+               filename, len(eval_outputs))
+  safe_write_key_value_pairs(filename, eval_outputs, write_pickle=write_pickle)
 
 
 class Program(metaclass=abc.ABCMeta):

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import pickle
 import tempfile
 
 from absl.testing import absltest
@@ -107,31 +108,50 @@ class BatchKeysTest(absltest.TestCase):
 
 class OutputFilesTest(absltest.TestCase):
 
-  def test_names_and_json_lines(self):
+  def test_names_values_lines_and_pickle(self):
     self.assertEqual(programs.get_filename(np.array(12), 'eval'),
                      'eval_out_12_shard_0')
+    self.assertEqual(programs.EvaluationMode.DECODE.value, 'decoder')
+    out_dir = pathlib.Path(tempfile.mkdtemp()) / 'new'
+    pairs = [('a', np.array([1.5, 2.0])), (7, {'n': np.int32(4)})]
+    programs.maybe_write_eval_outputs(
+        programs.EvaluationMode.DECODE, out_dir, 3, pairs)
+    out = out_dir / 'decoder_out_3_shard_0'
+    lines = out.with_suffix('.jsonl').read_text().splitlines()
+    self.assertEqual([json.loads(x) for x in lines], [[1.5, 2.0], {'n': 4}])
+    with out.with_suffix('.pickle').open('rb') as f:
+      loaded = pickle.load(f)
+    self.assertEqual([k for k, _ in loaded], ['a', 7])
+    np.testing.assert_array_equal(loaded[0][1], [1.5, 2.0])
+    self.assertEqual(loaded[1][1], {'n': 4})
+
+  def test_without_pickle(self):
     out_dir = pathlib.Path(tempfile.mkdtemp())
     programs.maybe_write_eval_outputs(
-        programs.EvaluationMode.DECODE, out_dir, 3,
-        [('a', np.array([1.5, 2.0])), (7, {'n': np.int32(4)})])
-    lines = (out_dir / 'decode_out_3_shard_0').read_text().splitlines()
-    self.assertEqual([json.loads(x) for x in lines],
-                     [{'key': 'a', 'value': [1.5, 2.0]},
-                      {'key': '7', 'value': {'n': 4}}])
-    # What JSON cannot hold is written as its str().
-    other = out_dir / 'other'
-    programs.safe_write_key_value_pairs(other, [('k', {1})])
-    self.assertEqual(json.loads(other.read_text()), {'key': 'k',
-                                                     'value': '{1}'})
+        programs.EvaluationMode.EVAL, out_dir, 5, [('k', 1.0)],
+        write_pickle=False)
+    self.assertEqual(sorted(p.name for p in out_dir.iterdir()),
+                     ['eval_out_5_shard_0.jsonl'])
 
-  def test_unencodable_record_drops_the_file(self):
-    loop = {}
-    loop['self'] = loop  # JSON refuses circular references.
-    out = pathlib.Path(tempfile.mkdtemp()) / 'sub' / 'out.jsonl'
+  def test_value_json_cannot_hold_is_logged_and_pickled(self):
+    out = pathlib.Path(tempfile.mkdtemp()) / 'out'
     with self.assertLogs(level='WARNING') as logs:
-      programs.safe_write_key_value_pairs(out, [('a', 1), ('b', loop)])
-    self.assertFalse(out.exists())
+      programs.safe_write_key_value_pairs(out, [('a', 1), ('b', {2, 3})])
     self.assertIn('not serializable', logs.output[0])
+    with out.with_suffix('.pickle').open('rb') as f:
+      self.assertEqual(pickle.load(f), [('a', 1), ('b', {2, 3})])
+
+  def test_decode_records_written_as_they_arrive(self):
+    outputs = _program_utils.KeyValueOutputs()
+    outputs.add([('x', np.float32(0.5))])
+    outputs.add(iter([('y', {'ids': np.array([1, 2], np.int32)})]))
+    out = pathlib.Path(tempfile.mkdtemp()) / 'sub' / 'decoder_out_1_shard_0'
+    outputs.write(out, write_pickle=False)
+    self.assertEqual(
+        [json.loads(x) for x in out.with_suffix('.jsonl').read_text()
+         .splitlines()], [0.5, {'ids': [1, 2]}])
+    self.assertFalse(out.with_suffix('.pickle').exists())
+    self.assertEqual([k for k, _ in outputs.pairs], ['x', 'y'])
 
 
 if __name__ == '__main__':

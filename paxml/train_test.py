@@ -1,6 +1,7 @@
 """Tests of paxml.train and paxml.eval_lib called with Pax's signatures."""
 
 import pathlib
+import pickle
 import tempfile
 
 from absl.testing import absltest
@@ -33,9 +34,11 @@ class PaxSignaturesTest(absltest.TestCase):
     eval_lib.evaluate(ShortRegression(), job_dir, restore_checkpoint_step=3,
                       enable_summary_writer=False)
     eval_lib.decode(ShortRegression(), job_dir, continuous_decode=False)
-    rows = (job_dir / 'decoder_out' / 'decode' /
-            'decoder_out_3_shard_0.jsonl').read_text().splitlines()
+    out = job_dir / 'decoder_out' / 'decode' / 'decoder_out_3_shard_0'
+    rows = out.with_suffix('.jsonl').read_text().splitlines()
     self.assertLen(rows, 64)  # Every decode example, once.
+    with out.with_suffix('.pickle').open('rb') as f:
+      self.assertLen(pickle.load(f), 64)
 
   def test_early_stopping_fn_sees_pax_metric_names_and_stops(self):
 

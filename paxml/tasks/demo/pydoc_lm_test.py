@@ -58,10 +58,10 @@ class DemoRunTest(absltest.TestCase):
         'decoder_out_60_shard_0.jsonl').read_text().splitlines()]
     self.assertLen(records, 8)
     for record in records:
-      self.assertTrue(record['value']['decoded'].startswith(record['key']))
+      self.assertTrue(record['decoded'].startswith(record['prefix']))
     # After 60 steps greedy continuations are mostly blanks or EOS (how
     # many depends on the random init); some text is produced.
-    continued = [r for r in records if r['value']['decoded_substr'].strip()]
+    continued = [r for r in records if r['decoded_substr'].strip()]
     self.assertNotEmpty(continued)
 
 

@@ -81,7 +81,7 @@ class PydocSsmLmTest(absltest.TestCase):
     ).read_text().splitlines()]
     self.assertLen(records, 8)
     for record in records:
-      self.assertTrue(record['value']['decoded'].startswith(record['key']))
+      self.assertTrue(record['decoded'].startswith(record['prefix']))
 
 
 if __name__ == '__main__':
