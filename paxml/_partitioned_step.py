@@ -5,8 +5,11 @@ Private to `paxml.partitioning`, whose `partition` returns `CompiledStep`s.
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from typing import Any, Callable
 
+from absl import logging
 import jax
 from jax.extend import core as jax_core
 from paxml import mfu
@@ -27,6 +30,10 @@ class CompiledStep:
   (tracing a small LM's train step takes a second or more of start-up).
   Only traces of static arguments that have `select_outputs` (the kind a
   variant names) are kept; eval and decode steps keep none.
+
+  `compile_ahead` compiles for a signature on a background thread (XLA
+  releases the GIL), e.g. while the state is being initialised or restored;
+  the first call of that signature waits for it.
 
   Attributes:
     flops: XLA's FLOP count of one call of the first executable (None if
@@ -50,17 +57,48 @@ class CompiledStep:
     self._check_inputs = check_inputs
     self._executables: dict[Any, Any] = {}
     self._traces: dict[Any, jax.stages.Traced] = {}
+    self._ahead: dict[Any, concurrent.futures.Future[Any]] = {}
     self.flops = None
 
   def __call__(self, state: Any, prng_key: jax.Array, inputs: Any,
                static_args: Any = None) -> Any:
-    leaves, treedef = jax.tree.flatten(inputs)
-    signature = (treedef, tuple((x.shape, x.dtype) for x in leaves),
-                 static_args)
+    signature = _signature(inputs, static_args)
     executable = self._executables.get(signature)
     if executable is None:
-      executable = self._compile(signature, state, prng_key, inputs)
+      ahead = self._ahead.pop(signature, None)
+      if ahead is not None:
+        executable = ahead.result()  # Raises what compiling raised.
+      else:
+        executable = self._compile(signature, state, prng_key, inputs)
     return executable(state, prng_key, inputs)
+
+  def compile_ahead(self, state: Any, prng_key: Any, inputs: Any,
+                    static_args: Any = None) -> None:
+    """Starts compiling for these arguments on a background thread.
+
+    Args:
+      state: The state, or its `jax.ShapeDtypeStruct`s: the same shapes and
+        dtypes as the state the call will get.
+      prng_key: The key (or its `ShapeDtypeStruct`).
+      inputs: The inputs (or their `ShapeDtypeStruct`s).
+      static_args: The static arguments of the call.
+    """
+    signature = _signature(inputs, static_args)
+    if signature in self._executables or signature in self._ahead:
+      return
+    future = concurrent.futures.Future()
+
+    def work():
+      try:
+        future.set_result(self._compile(signature, state, prng_key, inputs))
+      except BaseException as e:  # pylint: disable=broad-except
+        # Raised by the call of this signature, if one comes.
+        logging.debug('Compiling ahead failed: %s', e)
+        future.set_exception(e)
+
+    self._ahead[signature] = future
+    # A daemon: an error before the first step must not wait for XLA.
+    threading.Thread(target=work, name='compile_ahead', daemon=True).start()
 
   def _trace(self, signature: Any, state: Any, prng_key: jax.Array,
              inputs: Any) -> jax.stages.Traced:
@@ -100,3 +138,8 @@ class CompiledStep:
       self.flops = mfu.compiled_flops(executable)
     self._executables[signature] = executable
     return executable
+
+
+def _signature(inputs: Any, static_args: Any) -> Any:
+  leaves, treedef = jax.tree.flatten(inputs)
+  return treedef, tuple((x.shape, x.dtype) for x in leaves), static_args

@@ -135,6 +135,12 @@ class DefaultExecutor(base_executor.BaseExecutor):
         jax_task, input_specs_provider)
     partitioner.setup(jax_task, root_key, specs, job_log_dir=job_log_dir)
     restored = self._maybe_restore(partitioner, restore_checkpoint_step)
+    # The first step compiles on another thread while the state is made.
+    train_program.compile_ahead(
+        jax_task, self._train_input, partitioner,
+        abstract_train_state(partitioner),
+        partitioner.preprocess_prng_key(root_key),
+        0 if restored is None else int(jax.device_get(restored.step)))
     root_key, self._state, provenance = (
         partitioner.initialize_prng_key_and_train_state(
             root_key, restored, checkpoint_type=None))

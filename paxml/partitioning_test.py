@@ -1,11 +1,13 @@
 """Tests of the partitioner: SPMD sharding and data parallelism on 8 devices."""
 
 import dataclasses
+import threading
 
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
+from paxml import executors
 from paxml import learners
 from paxml import partitioning
 from paxml import programs
@@ -191,6 +193,60 @@ class StepVariantsTest(absltest.TestCase):
                    jax.device_get(full_state.mdl_vars))
       self.assertEqual(lean_state.mdl_vars['params']['l1']['w'].sharding.spec,
                        P('data', 'mdl'))
+
+
+class CompileAheadTest(absltest.TestCase):
+  """`CompiledStep.compile_ahead`: the step compiled from shapes, elsewhere."""
+
+  def setUp(self):
+    super().setUp()
+    self.task = _task([1, 2, 4], l1_sharding=('data', 'mdl'))
+    self.partitioner = _partitioner(self.task)
+    self.traces = []
+
+  def _step(self):
+    def counted_step(*args, **kwargs):
+      self.traces.append(threading.current_thread().name)
+      return trainer_lib.train_step_single_learner(*args, **kwargs)
+    return self.partitioner.partition(counted_step, None, False)[0]
+
+  def _run(self, step, batch):
+    state, out = step(_init(self.partitioner), jax.random.PRNGKey(1), batch,
+                      programs._TrainStepStaticArgs(len(batch.inputs)))
+    return jax.device_get((state.mdl_vars, out.loss))
+
+  def test_the_call_runs_what_was_compiled_ahead(self):
+    batch = next(_batches(1))
+    expected = self._run(self._step(), batch)
+    self.traces.clear()
+    step = self._step()
+    step.compile_ahead(executors.abstract_train_state(self.partitioner),
+                       jax.ShapeDtypeStruct((2,), jnp.uint32), _spec(batch),
+                       programs._TrainStepStaticArgs(16))
+    got = self._run(step, batch)
+    self.assertEqual(self.traces, ['compile_ahead'])  # Traced there, once.
+    jax.tree.map(np.testing.assert_array_equal, got, expected)
+
+  def test_inputs_of_other_shapes_compile_at_the_call(self):
+    step = self._step()
+    step.compile_ahead(executors.abstract_train_state(self.partitioner),
+                       jax.ShapeDtypeStruct((2,), jnp.uint32),
+                       _spec(next(_batches(1, batch=16))),
+                       programs._TrainStepStaticArgs(16))
+    got = self._run(step, next(_batches(1, batch=8)))
+    self.assertEqual(sorted(self.traces), ['MainThread', 'compile_ahead'])
+    self.traces.clear()
+    expected = self._run(self._step(), next(_batches(1, batch=8)))
+    jax.tree.map(np.testing.assert_array_equal, got, expected)
+
+  def test_an_error_compiling_ahead_is_raised_by_the_call(self):
+    step = self._step()
+    odd = next(_batches(1, batch=3))  # The data axis has 2 devices.
+    step.compile_ahead(executors.abstract_train_state(self.partitioner),
+                       jax.ShapeDtypeStruct((2,), jnp.uint32), _spec(odd),
+                       programs._TrainStepStaticArgs(3))
+    with self.assertRaisesRegex(ValueError, 'divisible|divide'):
+      self._run(step, odd)
 
 
 class DataParallelTest(absltest.TestCase):

@@ -41,6 +41,7 @@ from paxml import summary_utils
 from paxml import tasks_lib
 from paxml import trainer_lib
 from praxis import base_hyperparams
+from praxis import base_input
 from praxis import py_utils
 from praxis import trees
 
@@ -250,6 +251,7 @@ class BaseTrainProgram(Program):
     """
     self._keep_per_example_out = keep_per_example_out
     self._static_args = None
+    self._bound = None
     self._accumulator = None
     self._task = None
     self._train_input = None
@@ -316,18 +318,7 @@ class BaseTrainProgram(Program):
     self._train_unpadded_global_batch_size = (
         train_input.get_global_batch_size(train_input))
     self._progress = _program_utils.Progress(init_step)
-    # Built once: a new object per step costs hashing in the step's cache.
-    # The loss-only variant reuses the summary variant's trace.
-    summary_step = _TrainStepStaticArgs(
-        unpadded_global_batch_size=self._train_unpadded_global_batch_size,
-        with_per_example_out=self._keep_per_example_out)
-    self._static_args = {
-        True: summary_step,
-        False: dataclasses.replace(summary_step, with_summaries=False,
-                                   with_per_example_out=False,
-                                   trace_from=summary_step)}
-    self._accumulator = _program_utils.SummaryAccumulator(
-        task.train.summary_accumulate_interval_steps)
+    self._bind_steps(task, train_input, partitioner)
     train_p = task.train
     self._profiler = None
     if train_p.profiler_capture_step is not None:
@@ -337,6 +328,53 @@ class BaseTrainProgram(Program):
           max_num_hosts=train_p.profiler_max_num_hosts,
           capture_host_profile=train_p.profiler_capture_host_profile,
           log_dir=epath.Path(job_log_dir) / 'profile')
+
+  def _bind_steps(self, task: Any, train_input: Any, partitioner: Any) -> None:
+    """What choosing and calling the steps needs (before `setup` too)."""
+    bound = (task, train_input, partitioner)
+    if self._bound is not None and all(
+        a is b for a, b in zip(self._bound, bound)):
+      return  # Bound by `compile_ahead`: its objects key the compiled step.
+    self._bound = bound
+    self._task = task
+    self._train_input = train_input
+    self._partitioner = partitioner
+    # Built once: a new object per step costs hashing in the step's cache.
+    # The loss-only variant reuses the summary variant's trace.
+    summary_step = _TrainStepStaticArgs(
+        unpadded_global_batch_size=train_input.get_global_batch_size(
+            train_input),
+        with_per_example_out=self._keep_per_example_out)
+    self._static_args = {
+        True: summary_step,
+        False: dataclasses.replace(summary_step, with_summaries=False,
+                                   with_per_example_out=False,
+                                   trace_from=summary_step)}
+    self._accumulator = _program_utils.SummaryAccumulator(
+        task.train.summary_accumulate_interval_steps)
+
+  def _first_step_static_args(self, step: int) -> BaseStepFnStaticArgs:
+    """The static arguments `run(state, step)` calls its step with."""
+    write = bool(trainer_lib.is_summary_step(self._task.train, step + 1))
+    return self._static_args[write or self._accumulator.due(step + 1)]
+
+  def compile_ahead(self, task: Any, train_input: Any, partitioner: Any,
+                    abstract_state: Any, prng_key: Any, step: int) -> None:
+    """Starts compiling the first step in the background, if it can.
+
+    Called before the state exists (while it is initialised or restored),
+    with its shapes: `run(state, step)` then waits for this compilation
+    instead of starting its own. The default does nothing.
+
+    Args:
+      task: The task.
+      train_input: The (instantiated) training input, at its first batch.
+      partitioner: The partitioner (set up).
+      abstract_state: The train state's `jax.ShapeDtypeStruct`s.
+      prng_key: The train key (or its `ShapeDtypeStruct`).
+      step: The step training will start from.
+    """
+    del task, train_input, partitioner, abstract_state, prng_key, step
 
   @property
   def num_train_steps(self) -> int:
@@ -497,6 +535,34 @@ class SingleTaskTrainProgram(BaseTrainProgram):
           self._partitioner.partition(
               _train_step, trees.get_shape_dtype(inputs), is_eval=False))
     return self._train_step_fn, self._train_input_specs
+
+  def compile_ahead(self, task: Any, train_input: Any, partitioner: Any,
+                    abstract_state: Any, prng_key: Any, step: int) -> None:
+    """Compiles the first step for the input's next batch, in the background.
+
+    The batch is peeked (`peek_padded`: the first `run` gets it, and a
+    checkpoint before it keeps the position before it) when the input keeps
+    a state and its `get_next_padded` is `BaseInput`'s, the one that returns
+    a peeked batch; else nothing is done.
+    """
+    if (type(train_input).get_next_padded
+        is not base_input.BaseInput.get_next_padded):
+      return
+    try:
+      train_input.get_state()
+    except NotImplementedError:
+      return  # After a peek, its checkpoints would fail.
+    self._bind_steps(task, train_input, partitioner)
+    batch = train_input.peek_padded()
+    if batch is None:
+      return  # Exhausted: the first `run` says so.
+    step_fn, specs = self._get_train_step(batch)
+    compile_ahead = getattr(step_fn, 'compile_ahead', None)
+    if compile_ahead is None:  # Not the partitioner's own step type.
+      return
+    inputs = partitioner.preprocess_inputs(train_input, batch, specs)
+    compile_ahead(abstract_state, prng_key, trees.get_shape_dtype(inputs),
+                  self._first_step_static_args(step))
 
   def _compiled_train_step(self) -> Any:
     return self._train_step_fn

@@ -3,11 +3,13 @@
 import pathlib
 import sys
 import tempfile
+import threading
 
 from absl.testing import absltest
 import jax
 import numpy as np
 from paxml import base_metrics
+from paxml import executors
 from paxml import partitioning_test
 from paxml import programs
 from praxis import base_input
@@ -96,6 +98,63 @@ class LeanStepsTest(absltest.TestCase):
       self.assertAlmostEqual(writer.scalars[('Metrics/loss', step)],
                              float(outs[step - 1].loss), places=6)
     self.assertNotIn(('loss', 1), writer.scalars)
+
+
+class CompileAheadTest(absltest.TestCase):
+
+  def test_first_step_traced_ahead_and_losses_as_recorded(self):
+    threads = []
+    real_step = programs._train_step
+
+    def recording_step(*args, **kwargs):
+      threads.append(threading.current_thread().name)
+      return real_step(*args, **kwargs)
+
+    programs._train_step = recording_step
+    try:
+      losses, state = record_train_losses.run(
+          steps=7, summary_interval_steps=3, compile_ahead=True)
+    finally:
+      programs._train_step = real_step
+    # One trace, on the background thread; the lean steps reuse it.
+    self.assertEqual(threads, ['compile_ahead'])
+    np.testing.assert_allclose(losses, _RECORDED, rtol=1e-6)
+    l2 = np.asarray(state.mdl_vars['params']['l2']['w'], np.float64)
+    np.testing.assert_allclose(l2.sum(), _RECORDED_L2_SUM, rtol=1e-5)
+
+  def _compile_ahead(self, inp):
+    task = partitioning_test._task(None)
+    partitioner = partitioning_test._partitioner(task)
+    program = programs.SingleTaskTrainProgram()
+    program.compile_ahead(task, inp, partitioner,
+                          executors.abstract_train_state(partitioner),
+                          jax.random.PRNGKey(0), 0)
+    return program
+
+  def test_peeked_input_keeps_its_position_for_checkpoints(self):
+    data = next(partitioning_test._batches(1, batch=32))
+    inp = base_input.InMemoryInput(name='train', batch_size=16, data=data,
+                                   input_random_seed=1, is_training=True)
+    before = inp.get_state()
+    program = self._compile_ahead(inp)
+    self.assertIsNotNone(program._train_step_fn)
+    self.assertEqual(inp.get_state(), before)  # The first batch is peeked.
+    fresh = base_input.InMemoryInput(name='train', batch_size=16, data=data,
+                                     input_random_seed=1, is_training=True)
+    jax.tree.map(np.testing.assert_array_equal, inp.get_next_padded(),
+                 fresh.get_next_padded())
+
+  def test_input_without_state_is_not_peeked(self):
+
+    class NoState(base_input.BaseInput):
+
+      def get_next(self):
+        return next(partitioning_test._batches(1))
+
+    inp = NoState(name='train', batch_size=16)
+    program = self._compile_ahead(inp)
+    self.assertIsNone(program._train_step_fn)
+    self.assertIsNone(inp._peek)
 
 
 class EvalFetchTest(absltest.TestCase):

@@ -18,12 +18,14 @@ import tempfile
 
 import jax
 import numpy as np
+from paxml import executors
 from paxml import partitioning_test
 from paxml import programs
 from praxis import base_input
 
 
-def run(steps=7, summary_interval_steps=3):
+def run(steps=7, summary_interval_steps=3, compile_ahead=False):
+  """(losses, final state); `compile_ahead`: as the executor starts a run."""
   task = partitioning_test._task(None, train_fields=dict(
       summary_interval_steps=summary_interval_steps, num_train_steps=100,
       eval_interval_steps=0))
@@ -35,6 +37,10 @@ def run(steps=7, summary_interval_steps=3):
   state = partitioning_test._init(partitioner)
   program = programs.SingleTaskTrainProgram()
   key = jax.random.PRNGKey(0)
+  if compile_ahead:
+    program.compile_ahead(
+        task, inp, partitioner, executors.abstract_train_state(partitioner),
+        key, 0)
   program.setup(task, inp, partitioner, pathlib.Path(tempfile.mkdtemp()),
                 key, key, 0, enable_summary_writer=False)
   losses = []
