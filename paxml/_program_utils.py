@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import json
 import math
+import pickle
 import time
 from typing import Any, Iterator
 
@@ -374,15 +375,16 @@ class Progress:
 
 
 class KeyValueOutputs:
-  """An eval or decode program's (key, value) outputs, written as Pax writes.
+  """The decode program's (key, value) outputs, written as Pax writes them.
 
   `<name>.jsonl` holds one value a line (`io_utils.JnpEncoder`) and, when
   asked, `<name>.pickle` the (key, value) pairs, as
   `io_utils.write_key_value_pairs`. The decode program adds each batch's
   records as they arrive, so their JSON lines are encoded while the devices
   decode the next batches instead of all after the last one. A value JSON
-  cannot hold is logged at `write` and leaves no `.jsonl`; the pickle is
-  still written.
+  cannot hold is logged at `write` and leaves no `.jsonl`; a pair pickle
+  cannot hold is logged and leaves no `.pickle` (the decoding is not lost
+  either way).
   """
 
   def __init__(self):
@@ -406,7 +408,11 @@ class KeyValueOutputs:
     path = epath.Path(filename)
     path.parent.mkdir(parents=True, exist_ok=True)
     if write_pickle:
-      io_utils.write_pickle_file(path, self.pairs)
+      try:
+        io_utils.write_pickle_file(path, self.pairs)
+      except (pickle.PicklingError, TypeError, AttributeError) as e:
+        logging.warning('Outputs for %s cannot be pickled: %s', path, e)
+        path.with_suffix('.pickle').unlink(missing_ok=True)
     if self._error is not None:
       logging.warning('Outputs for %s are not serializable: %s', path,
                       self._error)

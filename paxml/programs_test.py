@@ -1,5 +1,6 @@
 """Tests of the train and eval programs on 8 devices."""
 
+import dataclasses
 import json
 import pathlib
 import pickle
@@ -152,6 +153,23 @@ class OutputFilesTest(absltest.TestCase):
          .splitlines()], [0.5, {'ids': [1, 2]}])
     self.assertFalse(out.with_suffix('.pickle').exists())
     self.assertEqual([k for k, _ in outputs.pairs], ['x', 'y'])
+
+  def test_a_value_pickle_cannot_hold_leaves_the_jsonl(self):
+
+    @dataclasses.dataclass
+    class Local:  # Pickle cannot find a local class; JSON takes its fields.
+      n: int
+
+    outputs = _program_utils.KeyValueOutputs()
+    outputs.add([('x', Local(1)), ('y', {'n': 2})])
+    out = pathlib.Path(tempfile.mkdtemp()) / 'decoder_out_1_shard_0'
+    with self.assertLogs(level='WARNING') as logs:
+      outputs.write(out)
+    self.assertIn('cannot be pickled', logs.output[0])
+    self.assertEqual([p.name for p in out.parent.iterdir()],
+                     ['decoder_out_1_shard_0.jsonl'])
+    self.assertEqual(out.with_suffix('.jsonl').read_text(),
+                     '{"n": 1}\n{"n": 2}\n')
 
 
 if __name__ == '__main__':
