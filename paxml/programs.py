@@ -24,7 +24,6 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
-import json
 import time
 from typing import Any, Callable, Mapping
 
