@@ -250,7 +250,6 @@ class BaseTrainProgram(Program):
     """
     self._keep_per_example_out = keep_per_example_out
     self._static_args = None
-    self._bound = None
     self._accumulator = None
     self._task = None
     self._train_input = None
@@ -303,9 +302,7 @@ class BaseTrainProgram(Program):
       init_step: The step training starts from.
       enable_summary_writer: Write TensorBoard summaries.
     """
-    self._task = task
-    self._train_input = train_input
-    self._partitioner = partitioner
+    self._bind_steps(task, train_input, partitioner)
     self._train_prng_seed = train_prng_seed
     self._eval_prng_seed = eval_prng_seed
     self._initial_step = init_step
@@ -314,10 +311,7 @@ class BaseTrainProgram(Program):
         base / 'train', enable_summary_writer)
     self._eval_writer = summary_utils.get_summary_writer(
         base / 'eval_train', enable_summary_writer)
-    self._train_unpadded_global_batch_size = (
-        train_input.get_global_batch_size(train_input))
     self._progress = _program_utils.Progress(init_step)
-    self._bind_steps(task, train_input, partitioner)
     train_p = task.train
     self._profiler = None
     if train_p.profiler_capture_step is not None:
@@ -330,19 +324,18 @@ class BaseTrainProgram(Program):
 
   def _bind_steps(self, task: Any, train_input: Any, partitioner: Any) -> None:
     """What choosing and calling the steps needs (before `setup` too)."""
-    bound = (task, train_input, partitioner)
-    if self._bound is not None and all(
-        a is b for a, b in zip(self._bound, bound)):
+    if (self._static_args is not None and self._task is task and
+        self._train_input is train_input and self._partitioner is partitioner):
       return  # Bound by `compile_ahead`: its objects key the compiled step.
-    self._bound = bound
     self._task = task
     self._train_input = train_input
     self._partitioner = partitioner
+    self._train_unpadded_global_batch_size = (
+        train_input.get_global_batch_size(train_input))
     # Built once: a new object per step costs hashing in the step's cache.
     # The loss-only variant reuses the summary variant's trace.
     summary_step = _TrainStepStaticArgs(
-        unpadded_global_batch_size=train_input.get_global_batch_size(
-            train_input),
+        unpadded_global_batch_size=self._train_unpadded_global_batch_size,
         with_per_example_out=self._keep_per_example_out)
     self._static_args = {
         True: summary_step,
@@ -352,10 +345,10 @@ class BaseTrainProgram(Program):
     self._accumulator = _program_utils.SummaryAccumulator(
         task.train.summary_accumulate_interval_steps)
 
-  def _first_step_static_args(self, step: int) -> BaseStepFnStaticArgs:
-    """The static arguments `run(state, step)` calls its step with."""
-    write = bool(trainer_lib.is_summary_step(self._task.train, step + 1))
-    return self._static_args[write or self._accumulator.due(step + 1)]
+  def _kept_outputs(self, step: int) -> tuple[bool, bool]:
+    """(summaries written, outputs accumulated) once `step` is done."""
+    return (bool(trainer_lib.is_summary_step(self._task.train, step + 1)),
+            self._accumulator.due(step + 1))
 
   def compile_ahead(self, task: Any, train_input: Any, partitioner: Any,
                     abstract_state: Any, prng_key: Any, step: int) -> None:
@@ -403,8 +396,7 @@ class BaseTrainProgram(Program):
     self._progress.count(batch)
     inputs = self._partitioner.preprocess_inputs(
         self._train_input, batch, self.train_input_partition_spec(batch))
-    write = bool(trainer_lib.is_summary_step(train_p, step + 1))
-    accumulate = self._accumulator.due(step + 1)
+    write, accumulate = self._kept_outputs(step)
     new_step, state, outputs = self.train_step(
         step, state, self._train_prng_seed, inputs,
         self._static_args[write or accumulate])
@@ -561,7 +553,7 @@ class SingleTaskTrainProgram(BaseTrainProgram):
       return
     inputs = partitioner.preprocess_inputs(train_input, batch, specs)
     compile_ahead(abstract_state, prng_key, trees.get_shape_dtype(inputs),
-                  self._first_step_static_args(step))
+                  self._static_args[any(self._kept_outputs(step))])
 
   def _compiled_train_step(self) -> Any:
     return self._train_step_fn
