@@ -662,8 +662,10 @@ class Adam(BaseOptimizer):
 
   def _get_raw_grad_transformation(self, lr: Schedule) -> Any:
     if self.weight_decay:
-      logging.warning('Adam.weight_decay is deprecated; use '
-                      'decoupled_weight_decay or l2_regularizer_weight.')
+      # Once a process: the transformation is built for each trace.
+      logging.log_first_n(logging.WARNING,
+                          'Adam.weight_decay is deprecated; use '
+                          'decoupled_weight_decay or l2_regularizer_weight.', 1)
     if not self.sharded_adam:
       return optax.adam(lr, self.beta1, self.beta2, self.epsilon,
                         self.epsilon_root)

@@ -5,6 +5,9 @@ jitted, once per optimizer.
 """
 
 import math
+import subprocess
+import sys
+import textwrap
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -602,6 +605,23 @@ class OptimizersTest(test_utils.TestCase):
     state = tx.init(self.params)
     with self.assertRaisesRegex(ValueError, 'decay_pow must be > 0'):
       tx.update(self.grads[0], state, self.params)
+
+  def test_weight_decay_deprecation_is_logged_once(self):
+    # A fresh process: the transformation is built once per trace of a step,
+    # and the warning would otherwise repeat with each.
+    code = textwrap.dedent('''
+        from praxis import optimizers, pax_fiddle, schedules
+        p = pax_fiddle.Config(
+            optimizers.Adam, weight_decay=0.1,
+            learning_rate=0.1, lr_schedule=pax_fiddle.Config(schedules.Constant))
+        for _ in range(3):
+          pax_fiddle.instantiate(p).get_grad_transformation()
+    ''')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                            text=True, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+    self.assertEqual(result.stderr.count('Adam.weight_decay is deprecated'), 1,
+                     result.stderr[-2000:])
 
 
 if __name__ == '__main__':
