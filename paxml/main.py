@@ -37,7 +37,6 @@ from fiddle import absl_flags
 import jax
 from paxml import _config_checks
 from paxml import _console
-from paxml import _host_memory
 from paxml import _flag_checks
 from paxml import _study_main
 from paxml import eval_lib
@@ -151,13 +150,6 @@ _DEBUG_TRACEBACKS = flags.DEFINE_bool(
     'debug_tracebacks', False,
     'Show the full traceback of a bad flag or config value (also: '
     'PAX_DEBUG=1) instead of the one-line error.')
-_KEEP_FREED_HOST_MEMORY = flags.DEFINE_bool(
-    'keep_freed_host_memory', True,
-    'On a CPU run (Linux, glibc), keep freed host memory for reuse instead '
-    "of returning it to the OS: XLA:CPU's per-step temporaries are then not "
-    'faulted in again at every step (steps 10-20% faster on the '
-    "reference's TinyLm); the process keeps its peak memory. False: "
-    "glibc's default malloc settings.")
 _LIBRARY_LOGS = flags.DEFINE_bool(
     'library_logs', False,
     "Show the INFO logs of libraries (Orbax, ...); by default only Pax's own "
@@ -463,19 +455,6 @@ def _exit_with_error(error: Exception) -> None:
   _console.exit_with_error(error)
 
 
-def _command_line_main(argv: Sequence[str]) -> None:
-  """`_main` for a process of its own: first the host allocator's settings.
-
-  (Not for a `main(argv)` called in a process that does other things: the
-  settings are the whole process's.)
-  """
-  if _KEEP_FREED_HOST_MEMORY.value and _host_memory.runs_on_cpu_only(
-      jax.config.jax_platforms) and _host_memory.keep_freed_memory():
-    logging.info('Host memory: freed buffers are kept for reuse (a CPU run; '
-                 "--nokeep_freed_host_memory for glibc's defaults).")
-  _main(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
   """Pax's `main(argv)` (what `app.run` calls); without argv, the console
   entry point (`paxml`): parses the command line and runs."""
@@ -491,8 +470,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   if main_module is not None and not main_module.__doc__:
     main_module.__doc__ = __doc__
   try:
-    app.run(_console.run_quietly(_command_line_main,
-                                 lambda: _LIBRARY_LOGS.value),
+    app.run(_console.run_quietly(main, lambda: _LIBRARY_LOGS.value),
             flags_parser=_console.one_line_flag_errors(absl_flags.flags_parser))
   except SystemExit as e:  # How app.run ends, also after a run that worked.
     _console.exit_process(e.code)

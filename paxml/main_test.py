@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import pickle
-import platform
 import signal
 import subprocess
 import sys
@@ -272,22 +271,6 @@ class FlagsTest(absltest.TestCase):
                              enforce_restore_shape_check=True,
                              tensorstore_use_ocdbt=True):
       main._check_flags()  # Accepted: honoured, or meaningful only in a study.
-
-
-class HostMemoryTest(absltest.TestCase):
-
-  @absltest.skipUnless(
-      platform.system() == 'Linux' and platform.libc_ver()[0] == 'glibc',
-      'glibc only')
-  def test_a_cpu_run_keeps_freed_memory_unless_told_not_to(self):
-    # The settings are made before the experiment is looked up: a run that
-    # stops at an unknown experiment shows them.
-    said = 'Host memory: freed buffers are kept for reuse'
-    args = ('--exp=tasks.test.regression.NoSuchExperiment',
-            '--job_log_dir=/tmp/unused')
-    self.assertIn(said, _run_main(*args, check=False).stderr)
-    self.assertNotIn(said, _run_main(*args, '--nokeep_freed_host_memory',
-                                     check=False).stderr)
 
 
 class CommandLineErrorsTest(absltest.TestCase):
