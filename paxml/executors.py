@@ -134,11 +134,11 @@ class DefaultExecutor(base_executor.BaseExecutor):
     specs = trainer_lib.get_train_input_specs_for_model_init(
         jax_task, input_specs_provider)
     partitioner.setup(jax_task, root_key, specs, job_log_dir=job_log_dir)
-    restored = self._maybe_restore(partitioner, restore_checkpoint_step)
+    abstract_state = abstract_train_state(partitioner)
+    restored = self._maybe_restore(restore_checkpoint_step, abstract_state)
     # The first step compiles on another thread while the state is made.
     train_program.compile_ahead(
-        jax_task, self._train_input, partitioner,
-        abstract_train_state(partitioner),
+        jax_task, self._train_input, partitioner, abstract_state,
         partitioner.preprocess_prng_key(root_key),
         0 if restored is None else int(jax.device_get(restored.step)))
     root_key, self._state, provenance = (
@@ -169,13 +169,18 @@ class DefaultExecutor(base_executor.BaseExecutor):
     self._eval_programs = list(eval_programs)
     self._decode_programs = list(decode_programs)
 
-  def _maybe_restore(self, partitioner: Any, step: int | None) -> Any:
-    """The checkpointed state (and the input's position), or None."""
+  def _maybe_restore(self, step: int | None, abstract_state: Any) -> Any:
+    """The checkpointed state (and the input's position), or None.
+
+    Args:
+      step: The step to restore (None: the latest, if any).
+      abstract_state: `abstract_train_state(partitioner)`.
+    """
     if self._checkpointer is None or (
         step is None and self._checkpointer.latest_step() is None):
       return None
     state, input_state = self._checkpointer.restore(
-        step, abstract_state=abstract_train_state(partitioner))
+        step, abstract_state=abstract_state)
     if step is not None:  # Going back: newer checkpoints would block saves.
       self._checkpointer.set_aside_newer(step)
     if input_state is not None:
