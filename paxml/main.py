@@ -30,12 +30,19 @@ import pathlib
 import sys
 from typing import Any, Sequence
 
-from absl import app
+if __name__ == '__main__':
+  # Before JAX is imported: may restart this process once with a glibc
+  # malloc tunable that makes CPU steps faster (see paxml/_launch.py).
+  from paxml import _launch  # pylint: disable=g-import-not-at-top
+  _launch.restart_with_huge_pages()
+
+from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging
 from fiddle import absl_flags
 import jax
 from paxml import _config_checks
+from paxml import _launch
 from paxml import _console
 from paxml import _flag_checks
 from paxml import _study_main
@@ -392,6 +399,9 @@ def _main(argv: Sequence[str]) -> None:
   except (app.UsageError, ValueError) as e:
     _exit_with_error(e)
   _setup_jax()
+  note = _launch.host_malloc_note()
+  if note:
+    logging.info(note)
   try:
     experiment, name = _experiment_and_name()
     experiment.validate()

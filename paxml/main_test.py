@@ -21,6 +21,7 @@ from absl.testing import absltest
 from absl.testing import flagsaver
 from fiddle import absl_flags
 import numpy as np
+from paxml import _launch
 from paxml import checkpoint_paths
 from paxml import executors
 from paxml import experiment_registry
@@ -172,6 +173,13 @@ class TrainRunTest(absltest.TestCase):
     self.assertTrue(
         f'Restored the checkpoint of step {latest}.' in resumed.stderr,
         resumed.stderr[-2000:])
+    # Where glibc has the huge-page tunable, the command restarted itself
+    # with it before importing JAX, and the log says so.
+    has_tunable = ((_launch.glibc_version() or (0, 0)) >= (2, 35) and
+                   _launch.huge_pages_mode() in ('always', 'madvise') and
+                   'GLIBC_TUNABLES' not in os.environ)
+    self.assertEqual('glibc malloc: glibc.malloc.hugetlb=1' in resumed.stderr,
+                     has_tunable)
     losses = _scalars(job_dir / 'summaries' / 'train', 'loss')
     reference = _scalars(self.job_dir / 'summaries' / 'train', 'loss')
     self.assertEqual(sorted(losses), list(range(1, 41)))
