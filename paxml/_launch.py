@@ -85,6 +85,19 @@ def environment_with_huge_pages(
   return env
 
 
+def started_as(module: str, file: str) -> bool:
+  """Whether this process's own command line runs `module` (`python -m
+  module`) or `file` (`python file`), rather than a program of its own that
+  runs it with `runpy` (restarting would run that program again)."""
+  args = sys.orig_argv[1:]
+  for before, arg in zip(['', *args], args):
+    if (before == '-m' and arg == module) or arg == '-m' + module:
+      return True
+    if arg.endswith('.py') and os.path.realpath(arg) == os.path.realpath(file):
+      return True
+  return False
+
+
 def restart_with_huge_pages(
     argv: Sequence[str] | None = None) -> None:
   """Replaces this process with itself, with `glibc.malloc.hugetlb=1` set,

@@ -8,6 +8,7 @@ import sys
 import tempfile
 import textwrap
 import tomllib
+from unittest import mock
 
 from absl.testing import absltest
 from paxml import _launch
@@ -108,6 +109,22 @@ class EnvironmentTest(absltest.TestCase):
       self.assertEqual(_launch.glibc_version(),
                        tuple(int(v) for v in version.split('.')[:2]))
 
+  def test_started_as_the_module_or_the_file_only(self):
+    main_py = str(_ROOT / 'paxml' / 'main.py')
+    cases = {
+        ('python', '-m', 'paxml.main', '--exp=x'): True,
+        ('python', '-X', 'utf8', '-mpaxml.main'): True,
+        ('python', main_py, '--job_log_dir=/tmp/j'): True,
+        # A program of the user's that runs paxml.main with runpy.
+        ('python', 'wrapper.py', 'paxml.main'): False,
+        ('python', '-c', 'import runpy', '--exp=paxml.main'): False,
+        ('python', '-m', 'other.main', main_py + 'x'): False,
+    }
+    for argv, expected in cases.items():
+      with mock.patch.object(sys, 'orig_argv', list(argv)):
+        self.assertEqual(_launch.started_as('paxml.main', main_py), expected,
+                         argv)
+
   def test_log_note_names_the_setting(self):
     self.assertIsNone(_launch.host_malloc_note({}))
     note = _launch.host_malloc_note(
@@ -165,6 +182,21 @@ class RestartTest(absltest.TestCase):
     self.assertEqual(lines[-1][2], 'glibc.malloc.hugetlb=0')
     if '[madvise]' in _THP.read_text():  # Only glibc would ask for them.
       self.assertEqual(int(lines[-1][5]), 0)
+
+  def test_runner_run_by_a_users_program_does_not_restart_it(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      code = ("import runpy, sys; print('wrapper', flush=True); "
+              "sys.argv = ['paxml', '--exp=no.such.Exp', "
+              f"'--job_log_dir={tmp}/job']; "
+              "runpy.run_module('paxml.main', run_name='__main__')")
+      env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
+      env.pop('GLIBC_TUNABLES', None)
+      result = subprocess.run([sys.executable, '-c', code], env=env,
+                              capture_output=True, text=True, timeout=120)
+    self.assertEqual(result.returncode, 2, result.stderr[-2000:])
+    self.assertEqual(result.stdout, 'wrapper\n')  # Ran once.
+    self.assertIn('error: --exp=no.such.Exp', result.stderr)
+    self.assertNotIn('glibc malloc:', result.stderr)
 
   def test_no_restart_under_a_tracer(self):
     lines = _probe('trace')

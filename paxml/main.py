@@ -34,7 +34,8 @@ if __name__ == '__main__':
   # Before JAX is imported: may restart this process once with a glibc
   # malloc tunable that makes CPU steps faster (see paxml/_launch.py).
   from paxml import _launch  # pylint: disable=g-import-not-at-top
-  _launch.restart_with_huge_pages()
+  if _launch.started_as('paxml.main', __file__):
+    _launch.restart_with_huge_pages()
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
