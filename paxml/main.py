@@ -43,9 +43,9 @@ from absl import logging
 from fiddle import absl_flags
 import jax
 from paxml import _config_checks
-from paxml import _launch
 from paxml import _console
 from paxml import _flag_checks
+from paxml import _launch
 from paxml import _study_main
 from paxml import eval_lib
 from paxml import executors
