@@ -61,6 +61,21 @@ def _probe(*args: str, tunables: str | None = None) -> list[list[str]]:
   return [line.split('|') for line in out.splitlines()]
 
 
+def _run_with_a_bad_experiment(start: str) -> subprocess.CompletedProcess:
+  """Runs the Python code `start`, which starts the runner, in a fresh
+  interpreter, with an unknown experiment on the command line (the runner
+  stops before writing anything) and no GLIBC_TUNABLES."""
+  with tempfile.TemporaryDirectory() as tmp:
+    code = ("import sys; sys.argv = ['paxml', '--exp=no.such.Exp', "
+            f"'--job_log_dir={tmp}/job']; " + start)
+    env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
+    env.pop('GLIBC_TUNABLES', None)
+    result = subprocess.run([sys.executable, '-c', code], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert not os.path.exists(f'{tmp}/job'), 'the bad run wrote its job dir'
+  return result
+
+
 class EnvironmentTest(absltest.TestCase):
   """When a restart is wanted, and the environment it gets."""
 
@@ -138,15 +153,8 @@ class ConsoleCommandTest(absltest.TestCase):
     pyproject = tomllib.loads((_ROOT / 'pyproject.toml').read_text())
     module, function = pyproject['project']['scripts']['paxml'].split(':')
     self.assertEqual((module, function), ('paxml._launch', 'console_main'))
-    with tempfile.TemporaryDirectory() as tmp:
-      code = ("import sys; sys.argv = ['paxml', '--exp=no.such.Exp', "
-              f"'--job_log_dir={tmp}/job']; "
-              'from paxml import _launch; _launch.console_main()')
-      env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
-      env.pop('GLIBC_TUNABLES', None)
-      result = subprocess.run([sys.executable, '-c', code], env=env,
-                              capture_output=True, text=True, timeout=120)
-      self.assertFalse(os.path.exists(f'{tmp}/job'))
+    result = _run_with_a_bad_experiment(
+        'from paxml import _launch; _launch.console_main()')
     # The runner read the flags: a bad experiment is one line and status 2.
     self.assertEqual(result.returncode, 2, result.stderr[-2000:])
     self.assertIn('error: --exp=no.such.Exp', result.stderr)
@@ -184,15 +192,9 @@ class RestartTest(absltest.TestCase):
       self.assertEqual(int(lines[-1][5]), 0)
 
   def test_runner_run_by_a_users_program_does_not_restart_it(self):
-    with tempfile.TemporaryDirectory() as tmp:
-      code = ("import runpy, sys; print('wrapper', flush=True); "
-              "sys.argv = ['paxml', '--exp=no.such.Exp', "
-              f"'--job_log_dir={tmp}/job']; "
-              "runpy.run_module('paxml.main', run_name='__main__')")
-      env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
-      env.pop('GLIBC_TUNABLES', None)
-      result = subprocess.run([sys.executable, '-c', code], env=env,
-                              capture_output=True, text=True, timeout=120)
+    result = _run_with_a_bad_experiment(
+        "print('wrapper', flush=True); "
+        "import runpy; runpy.run_module('paxml.main', run_name='__main__')")
     self.assertEqual(result.returncode, 2, result.stderr[-2000:])
     self.assertEqual(result.stdout, 'wrapper\n')  # Ran once.
     self.assertIn('error: --exp=no.such.Exp', result.stderr)
