@@ -8,20 +8,21 @@ page: a third of a CPU step went to page faults. With the tunable
 `glibc.malloc.hugetlb=1` (glibc 2.35 and later) glibc asks for transparent
 huge pages for such blocks: one fault maps 2 MiB instead of 4 KiB.
 glibc reads its tunables once, when the process starts, so the command
-replaces itself (`os.execv`: same process id, same arguments and interpreter
-options) with the tunable added to `GLIBC_TUNABLES`, once, before anything
-heavy is imported. Nothing else changes.
+replaces itself (`os.execve`: same process id, same arguments and
+interpreter options) with the tunable added to `GLIBC_TUNABLES`, once,
+before anything heavy is imported. Nothing else changes.
 
 It does not restart when the tunable is already in `GLIBC_TUNABLES` (set
 `GLIBC_TUNABLES=glibc.malloc.hugetlb=0` to keep glibc's default), when the
 C library is not glibc 2.35 or later, when transparent huge pages are off,
-or when a debugger, profiler or coverage tool is attached (a restart would
-detach it). Only the standard library is used here.
+when a debugger, profiler or coverage tool is attached (a restart would
+detach it), or when a program of the user's runs `paxml.main` with `runpy`
+(it would run again). Only the standard library is used here.
 """
 
 import os
 import sys
-from typing import Mapping, Sequence
+from typing import Mapping
 
 TUNABLE = 'glibc.malloc.hugetlb'
 _THP_ENABLED = '/sys/kernel/mm/transparent_hugepage/enabled'
@@ -87,32 +88,39 @@ def environment_with_huge_pages(
 
 def started_as(module: str, file: str) -> bool:
   """Whether this process's own command line runs `module` (`python -m
-  module`) or `file` (`python file`), rather than a program of its own that
-  runs it with `runpy` (restarting would run that program again)."""
+  module`) or `file` (`python file`), rather than a program of the user's
+  that runs it with `runpy` (restarting would run that program again)."""
   args = sys.orig_argv[1:]
-  for before, arg in zip(['', *args], args):
-    if (before == '-m' and arg == module) or arg == '-m' + module:
-      return True
-    if arg.endswith('.py') and os.path.realpath(arg) == os.path.realpath(file):
-      return True
+  i = 0
+  while i < len(args):  # The interpreter's options, up to what it runs.
+    arg = args[i]
+    if arg == '-' or not arg.startswith('-'):  # Standard input, a script.
+      return arg != '-' and os.path.realpath(arg) == os.path.realpath(file)
+    if arg.startswith('--'):
+      i += 2 if arg == '--check-hash-based-pycs' else 1
+      continue
+    for j, option in enumerate(arg[1:], start=2):  # Short options, as -Bm.
+      if option in 'cmWX':  # These take a value: the rest, or the next arg.
+        value = arg[j:] or (args[i + 1] if i + 1 < len(args) else '')
+        if option in 'cm':
+          return option == 'm' and value == module
+        i += 0 if arg[j:] else 1
+        break
+    i += 1
   return False
 
 
-def restart_with_huge_pages(
-    argv: Sequence[str] | None = None) -> None:
-  """Replaces this process with itself, with `glibc.malloc.hugetlb=1` set,
-  when that helps (see the module's docstring); returns otherwise.
-
-  `argv` is the full command line to run again, interpreter and its options
-  included (default: `sys.orig_argv`, how this process was started).
-  """
+def restart_with_huge_pages() -> None:
+  """Replaces this process with itself (`sys.orig_argv`, how it was
+  started) with `glibc.malloc.hugetlb=1` set, when that helps (see the
+  module's docstring); returns otherwise."""
   if sys.platform != 'linux':
     return
   env = environment_with_huge_pages(
       os.environ, glibc_version(), huge_pages_mode(), _tool_attached())
   if env is None:
     return
-  argv = list(sys.orig_argv if argv is None else argv)
+  argv = list(sys.orig_argv)
   if not argv or not sys.executable:
     return
   # argv[0] as run: Python finds its prefix (and a virtual environment) from

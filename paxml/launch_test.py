@@ -129,11 +129,17 @@ class EnvironmentTest(absltest.TestCase):
     cases = {
         ('python', '-m', 'paxml.main', '--exp=x'): True,
         ('python', '-X', 'utf8', '-mpaxml.main'): True,
+        ('python', '-Xutf8', '-Bm', 'paxml.main'): True,
+        ('python', '-W', 'error', '--check-hash-based-pycs', 'always', '-u',
+         '-m', 'paxml.main'): True,
         ('python', main_py, '--job_log_dir=/tmp/j'): True,
         # A program of the user's that runs paxml.main with runpy.
-        ('python', 'wrapper.py', 'paxml.main'): False,
-        ('python', '-c', 'import runpy', '--exp=paxml.main'): False,
-        ('python', '-m', 'other.main', main_py + 'x'): False,
+        ('python', 'wrapper.py', '-m', 'paxml.main'): False,
+        ('python', '-c', 'import runpy', '-m', 'paxml.main'): False,
+        ('python', '-W', 'paxml.main', 'wrapper.py'): False,
+        ('python', '-m', 'other.main', main_py): False,
+        ('python', '-', main_py): False,
+        ('python',): False,
     }
     for argv, expected in cases.items():
       with mock.patch.object(sys, 'orig_argv', list(argv)):
