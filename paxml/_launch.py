@@ -4,9 +4,9 @@ XLA:CPU allocates the temporaries of a computation as one buffer per run and
 frees it when the run ends. A buffer that large (hundreds of MB for a small
 LM) is above glibc's mmap threshold, so glibc maps it at every step and
 unmaps it after, and the kernel zero-fills it again, 4 KiB page by 4 KiB
-page: a third of a CPU step went to page faults. With the tunable
-`glibc.malloc.hugetlb=1` (glibc 2.35 and later) glibc asks for transparent
-huge pages for such blocks: one fault maps 2 MiB instead of 4 KiB.
+page: about 30% of a CPU step's processor time went to page faults. With
+the tunable `glibc.malloc.hugetlb=1` (glibc 2.35 and later) glibc asks for
+transparent huge pages for such blocks: one fault maps 2 MiB, not 4 KiB.
 glibc reads its tunables once, when the process starts, so the command
 replaces itself (`os.execve`: same process id, same arguments and
 interpreter options) with the tunable added to `GLIBC_TUNABLES`, once,
