@@ -129,7 +129,10 @@ def restart_with_huge_pages() -> None:
   for stream in (sys.stdout, sys.stderr):
     if stream is not None:
       stream.flush()
-  os.execve(sys.executable, argv, env)
+  try:
+    os.execve(sys.executable, argv, env)
+  except OSError as e:  # The run works without the tunable: go on.
+    sys.stderr.write(f'paxml: not restarted with {TUNABLE}=1: {e}\n')
 
 
 def host_malloc_note(environ: Mapping[str, str] = os.environ) -> str | None:

@@ -146,6 +146,24 @@ class EnvironmentTest(absltest.TestCase):
         self.assertEqual(_launch.started_as('paxml.main', main_py), expected,
                          argv)
 
+  def test_a_failed_restart_goes_on_without_it(self):
+    environ = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
+    with mock.patch.dict(os.environ, environ, clear=True), \
+         mock.patch.object(_launch, 'glibc_version', return_value=(2, 36)), \
+         mock.patch.object(_launch, 'huge_pages_mode', return_value='madvise'), \
+         mock.patch.object(_launch, '_tool_attached', return_value=False), \
+         mock.patch.object(sys, 'platform', 'linux'), \
+         mock.patch.object(os, 'execve',
+                           side_effect=OSError(7, 'Argument list too long')) \
+         as execve, \
+         mock.patch.object(sys, 'stderr') as stderr:
+      _launch.restart_with_huge_pages()  # Returns instead of raising.
+    execve.assert_called_once()
+    self.assertEqual(execve.call_args.args[2]['GLIBC_TUNABLES'],
+                     'glibc.malloc.hugetlb=1')
+    stderr.write.assert_called_once()
+    self.assertIn('Argument list too long', stderr.write.call_args.args[0])
+
   def test_log_note_names_the_setting(self):
     self.assertIsNone(_launch.host_malloc_note({}))
     note = _launch.host_malloc_note(
