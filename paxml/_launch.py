@@ -14,7 +14,9 @@ before anything heavy is imported. Nothing else changes.
 
 It does not restart when the tunable is already in `GLIBC_TUNABLES` (set
 `GLIBC_TUNABLES=glibc.malloc.hugetlb=0` to keep glibc's default), when the
-C library is not glibc 2.35 or later, when transparent huge pages are off,
+C library is not glibc 2.35 or later, when the kernel's transparent huge
+pages are not in `madvise` mode (the only one where glibc acts on the
+tunable: `always` gives large blocks huge pages anyway, `never` none),
 when a debugger, profiler or coverage tool is attached (a restart would
 detach it), or when a program of the user's runs `paxml.main` with `runpy`
 (it would run again). Only the standard library is used here.
@@ -76,8 +78,8 @@ def environment_with_huge_pages(
     return None  # Set by the user, or by a restart already.
   if glibc is None or glibc < (2, 35):
     return None  # The tunable does not exist there.
-  if thp_mode not in ('always', 'madvise'):
-    return None
+  if thp_mode != 'madvise':
+    return None  # glibc only acts in this mode (`always`: the kernel does).
   if tool_attached:
     return None
   env = dict(environ)

@@ -176,7 +176,7 @@ class TrainRunTest(absltest.TestCase):
     # Where glibc has the huge-page tunable, the command restarted itself
     # with it before importing JAX, and the log says so.
     has_tunable = ((_launch.glibc_version() or (0, 0)) >= (2, 35) and
-                   _launch.huge_pages_mode() in ('always', 'madvise') and
+                   _launch.huge_pages_mode() == 'madvise' and
                    'glibc.malloc.hugetlb' not in
                    os.environ.get('GLIBC_TUNABLES', ''))
     self.assertEqual('glibc malloc: glibc.malloc.hugetlb=1' in resumed.stderr,
