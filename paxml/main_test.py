@@ -173,14 +173,14 @@ class TrainRunTest(absltest.TestCase):
     self.assertTrue(
         f'Restored the checkpoint of step {latest}.' in resumed.stderr,
         resumed.stderr[-2000:])
-    # Where glibc has the huge-page tunable, the command restarted itself
+    # Where the launcher wants the huge-page tunable for this environment
+    # (launch_test checks when that is), `python -m paxml.main` restarted
     # with it before importing JAX, and the log says so.
-    has_tunable = ((_launch.glibc_version() or (0, 0)) >= (2, 35) and
-                   _launch.huge_pages_mode() == 'madvise' and
-                   'glibc.malloc.hugetlb' not in
-                   os.environ.get('GLIBC_TUNABLES', ''))
+    wants_restart = _launch.environment_with_huge_pages(
+        os.environ, _launch.glibc_version(), _launch.huge_pages_mode(),
+        tool_attached=False) is not None
     self.assertEqual('glibc malloc: glibc.malloc.hugetlb=1' in resumed.stderr,
-                     has_tunable)
+                     wants_restart)
     losses = _scalars(job_dir / 'summaries' / 'train', 'loss')
     reference = _scalars(self.job_dir / 'summaries' / 'train', 'loss')
     self.assertEqual(sorted(losses), list(range(1, 41)))
