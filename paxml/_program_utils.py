@@ -380,8 +380,10 @@ class KeyValueOutputs:
   `<name>.jsonl` holds one value a line (`io_utils.JnpEncoder`) and, when
   asked, `<name>.pickle` the (key, value) pairs, as
   `io_utils.write_key_value_pairs`. The decode program adds each batch's
-  records as they arrive, so their JSON lines are encoded while the devices
-  decode the next batches instead of all after the last one. A value JSON
+  records as they arrive, so their JSON lines are encoded, and their device
+  arrays turned into numpy arrays for the pickle, while the devices decode
+  the next batches instead of all after the last one. `pairs` keeps the
+  records as they were added. A value JSON
   cannot hold is logged at `write` and leaves no `.jsonl`; a pair pickle
   cannot hold is logged and leaves no `.pickle` (the decoding is not lost
   either way).
@@ -389,12 +391,14 @@ class KeyValueOutputs:
 
   def __init__(self):
     self.pairs = []
+    self._host_pairs = []  # `pairs` as the pickle holds them.
     self._lines = []
     self._error = None
 
   def add(self, key_value_pairs: Any) -> None:
     key_value_pairs = list(key_value_pairs)
     self.pairs.extend(key_value_pairs)
+    self._host_pairs.extend(io_utils.cast_to_ndarrays(key_value_pairs))
     if self._error is not None:
       return
     try:
@@ -409,7 +413,8 @@ class KeyValueOutputs:
     path.parent.mkdir(parents=True, exist_ok=True)
     if write_pickle:
       try:
-        io_utils.write_pickle_file(path, self.pairs)
+        io_utils.write_pickle_file(path, self._host_pairs,
+                                   cast_to_ndarray=False)
       except (pickle.PicklingError, TypeError, AttributeError) as e:
         logging.warning('Outputs for %s cannot be pickled: %s', path, e)
         path.with_suffix('.pickle').unlink(missing_ok=True)

@@ -155,7 +155,7 @@ class SingleTaskDecodeProgram(programs.Program):
         step, programs.EvaluationMode.DECODE.value), self._output_pickle)
     logging.info('decode %s at step %d: %d outputs %s', self._name, step,
                  len(records), final)
-    for key, value in records[:2]:
+    for key, value in records[:2] if logging.level_info() else ():
       logging.info('decode %s sample %s: %s', self._name, key,
                    str(value)[:500])
     values = {k: v for k, (v, _) in final.items()}

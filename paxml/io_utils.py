@@ -133,6 +133,12 @@ def _to_ndarray(x: Any) -> Any:
   return value if isinstance(value, np.ndarray) else x
 
 
+def cast_to_ndarrays(tree: Any) -> Any:
+  """`tree` with its device arrays as numpy arrays (what the pickle holds,
+  so that it loads without JAX); other leaves are kept."""
+  return jax.tree.map(_to_ndarray, tree)
+
+
 class JnpEncoder(json.JSONEncoder):
   """JSON for numpy/JAX arrays and scalars, TF tensors, bytes, dataclasses."""
 
@@ -155,7 +161,7 @@ def write_pickle_file(filename: epath.PathLike,
                       cast_to_ndarray: bool = True) -> None:
   """Pickles the pairs to `<filename>.pickle` (what `load_outputs` reads)."""
   if cast_to_ndarray:
-    key_value_pairs = jax.tree.map(_to_ndarray, key_value_pairs)
+    key_value_pairs = cast_to_ndarrays(key_value_pairs)
   with epath.Path(filename).with_suffix('.pickle').open('wb') as f:
     pickle.dump(key_value_pairs, f, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -177,7 +183,7 @@ def write_key_value_pairs(
   """
   filename = epath.Path(filename)
   if cast_to_ndarray:
-    key_value_pairs = jax.tree.map(_to_ndarray, key_value_pairs)
+    key_value_pairs = cast_to_ndarrays(key_value_pairs)
   if write_pickle:
     write_pickle_file(filename, key_value_pairs, cast_to_ndarray=False)
   with filename.with_suffix('.jsonl').open('w') as f:

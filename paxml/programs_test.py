@@ -8,6 +8,7 @@ import tempfile
 
 from absl.testing import absltest
 import jax
+import jax.numpy as jnp
 import numpy as np
 from paxml import _program_utils
 from paxml import partitioning_test
@@ -153,6 +154,23 @@ class OutputFilesTest(absltest.TestCase):
          .splitlines()], [0.5, {'ids': [1, 2]}])
     self.assertFalse(out.with_suffix('.pickle').exists())
     self.assertEqual([k for k, _ in outputs.pairs], ['x', 'y'])
+
+  def test_decode_pickle_holds_numpy_arrays_records_keep_theirs(self):
+    outputs = _program_utils.KeyValueOutputs()
+    first = jnp.arange(3, dtype=jnp.int32)
+    outputs.add([('a', {'ids': first, 'n': 1})])
+    outputs.add([('b', {'ids': jnp.array([4.5], jnp.float32), 'n': 2})])
+    out = pathlib.Path(tempfile.mkdtemp()) / 'decoder_out_2_shard_0'
+    outputs.write(out)
+    with out.with_suffix('.pickle').open('rb') as f:
+      pairs = pickle.load(f)
+    self.assertEqual([k for k, _ in pairs], ['a', 'b'])
+    for _, value in pairs:
+      self.assertIs(type(value['ids']), np.ndarray)
+    np.testing.assert_array_equal(pairs[0][1]['ids'], [0, 1, 2])
+    np.testing.assert_array_equal(pairs[1][1]['ids'], [4.5])
+    self.assertEqual([v['n'] for _, v in pairs], [1, 2])
+    self.assertIs(outputs.pairs[0][1]['ids'], first)  # As added.
 
   def test_a_value_pickle_cannot_hold_leaves_the_jsonl(self):
 
