@@ -22,7 +22,6 @@ train program), `eval_test_<input name>` (each eval program).
 from __future__ import annotations
 
 import abc
-import collections
 import dataclasses
 import time
 from typing import Any, Callable, Mapping
@@ -260,7 +259,7 @@ class BaseTrainProgram(Program):
     self._train_unpadded_global_batch_size = None
     self._writer = None
     self._eval_writer = None
-    self._in_flight = collections.deque()
+    self._in_flight = None
     self._first_result_callback = lambda ok: None
     self._progress = None
     self._profiler = None
@@ -313,6 +312,11 @@ class BaseTrainProgram(Program):
         base / 'eval_train', enable_summary_writer)
     self._progress = _program_utils.Progress(init_step)
     train_p = task.train
+    # Dispatch is asynchronous; bounding the steps in flight keeps the
+    # devices fed while bounding the queue (and the batches it holds). An
+    # unbounded queue of collective steps can also exhaust XLA:CPU's thread
+    # pool: its all-reduce rendezvous then aborts.
+    self._in_flight = _program_utils.InFlight(train_p.max_inflight_steps)
     self._profiler = None
     if train_p.profiler_capture_step is not None:
       self._profiler = profiling.Profiler(
@@ -400,7 +404,7 @@ class BaseTrainProgram(Program):
     new_step, state, outputs = self.train_step(
         step, state, self._train_prng_seed, inputs,
         self._static_args[write or accumulate])
-    self._bound_steps_in_flight(outputs)
+    self._in_flight.add(outputs.loss)
     if step == self._initial_step:
       self.first_result_callback_fn(True)
     if accumulate:
@@ -442,18 +446,6 @@ class BaseTrainProgram(Program):
     self._last_run_time = now
     if steps_run == capture_step:
       self._profiler.capture_async()
-
-  def _bound_steps_in_flight(self, outputs: StepFnOutput) -> None:
-    # Dispatch is asynchronous; waiting for the step `max_inflight_steps`
-    # back keeps the devices fed while bounding the queue (and the batches
-    # it holds). An unbounded queue of collective steps can also exhaust
-    # XLA:CPU's thread pool: its all-reduce rendezvous then aborts.
-    limit = self._task.train.max_inflight_steps
-    if limit <= 0:
-      return
-    self._in_flight.append(outputs.loss)
-    if len(self._in_flight) > limit:
-      self._in_flight.popleft().block_until_ready()
 
   def _should_eval_train(self, step: int) -> bool:
     train_p = self._task.train
@@ -503,8 +495,8 @@ class BaseTrainProgram(Program):
     return None
 
   def shutdown(self) -> None:
-    while self._in_flight:
-      self._in_flight.popleft().block_until_ready()
+    if self._in_flight is not None:
+      self._in_flight.wait_all()
     if self._profiler is not None:
       self._profiler.stop_now()
     self._writer.close()
