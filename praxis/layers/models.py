@@ -161,6 +161,25 @@ def _first_sample(x: np.ndarray, ndim: int) -> np.ndarray:
   return x[:, 0] if x.ndim == ndim + 1 else x
 
 
+def _decoded_substrings(input_obj: base_input.BaseInput, ids: np.ndarray,
+                        rows: list[int], spans: list[tuple[int, int]]
+                        ) -> list[str]:
+  """`ids[row][start:end]` detokenized for each row, in one call.
+
+  The rows' spans are left-aligned (zero-padded) in one [len(rows), max
+  length] array, with their lengths, so `ids_to_strings` (which reads
+  `ids[i, :lengths[i]]` of each row) runs once per batch instead of once per
+  example.
+  """
+  if not rows:
+    return []
+  lengths = np.array([max(end - start, 0) for start, end in spans], np.int32)
+  spans_ids = np.zeros((len(rows), int(lengths.max())), ids.dtype)
+  for k, (i, (start, _)) in enumerate(zip(rows, spans)):
+    spans_ids[k, :lengths[k]] = ids[i][start:start + lengths[k]]
+  return list(input_obj.ids_to_strings(spans_ids, lengths))
+
+
 class LanguageModel(base_model.BaseModel):
   """A language model task: loss, metrics and decoding of a TransformerLm.
 
@@ -342,20 +361,19 @@ class LanguageModel(base_model.BaseModel):
                                         original_lengths)
     prefixes = input_obj.ids_to_strings(prefix_ids, prefix_lengths)
     weights = decode_out.get('eval_sample_weights')
+    kept = [i for i in range(len(decoded))
+            if weights is None or weights[i]]
+    spans = [(int(prefix_lengths[i]), int(decode_lengths[i])) for i in kept]
+    substrs = _decoded_substrings(input_obj, ids, kept, spans)
     outputs = []
-    for i, text in enumerate(decoded):
-      if weights is not None and not weights[i]:
-        continue
-      start, end = int(prefix_lengths[i]), int(decode_lengths[i])
-      decoded_ids = ids[i][start:end]
+    for i, (start, end), substr in zip(kept, spans, substrs):
       entry = {
           'prefix': prefixes[i],
-          'decoded': text,
+          'decoded': decoded[i],
           'original': original[i],
           'ids': ids[i],
-          'decoded_ids': decoded_ids,
-          'decoded_substr': input_obj.ids_to_strings(
-              decoded_ids[None], np.array([end - start], np.int32))[0],
+          'decoded_ids': ids[i][start:end],
+          'decoded_substr': substr,
           'logprobs': logprobs[i],
           'prefix_length': start,
           'decode_length': end,

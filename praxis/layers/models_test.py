@@ -282,7 +282,28 @@ class LanguageModelDecodeTest(test_utils.TestCase):
     self.assertEqual(entry['decoded_substr'], '3 7 11 2')
     self.assertEqual(entry['original'], '1 5 9')
     self.assertEqual(outputs[1][1]['prefix'], '1')
+    self.assertEqual(outputs[1][1]['decoded_substr'], '5 9 3 7 11 2')
     self.assertAllClose(metrics.decoded_length[0], np.float32(7.0))
+
+  def test_process_decode_out_spans_per_row(self):
+    # Rows with different prefix and decode lengths, one padded row (weight
+    # 0) and one that decoded nothing past its prefix.
+    ids = np.array([[4, 5, 6, 7, 8, 0], [9, 9, 9, 9, 9, 9],
+                    [1, 2, 3, 4, 0, 0]], np.int32)
+    out = py_utils.NestedMap(
+        output_ids=ids[:, None], decode_lengths=np.array([[5], [3], [4]]),
+        prefix_lengths=np.array([[2], [0], [4]]), prefix_ids=ids[:, None],
+        logprobs=np.zeros((3, 1, 6), np.float32), ids=ids,
+        eval_sample_weights=np.array([1.0, 0.0, 1.0], np.float32))
+    model = trained_copy_model()[0]
+    _, outputs, _ = model.process_decode_out(FakeInput(), out)
+    self.assertEqual([k for k, _ in outputs], ['4 5', '1 2 3 4'])
+    self.assertEqual([e['decoded_substr'] for _, e in outputs],
+                     ['6 7 8', ''])
+    self.assertEqual([list(e['decoded_ids']) for _, e in outputs],
+                     [[6, 7, 8], []])
+    self.assertEqual([(e['prefix_length'], e['decode_length'])
+                      for _, e in outputs], [(2, 5), (4, 4)])
 
   def test_bad_decoder_params_are_rejected(self):
     with self.assertRaisesRegex(ValueError, 'fprop_for_prefix'):
