@@ -1,7 +1,7 @@
 """Eval and decode throughput of the Pax programs vs hand-written jax loops.
 
 Run: `python benchmarks/eval_decode_throughput.py [--batches=16]
-[--repeats=9]`.
+[--repeats=15]`.
 
 The model is a small TransformerLm LanguageModel (2 layers, 128 wide,
 vocabulary 1024; as in `train_step_overhead.py`), with random weights, on
@@ -17,16 +17,21 @@ whatever devices JAX sees. In one run it measures:
   `--batches` batches of 16 prompts of 16 tokens, 48 tokens generated each,
   against a hand-written greedy decode: a `jax.lax.while_loop` of the LM's
   `extend_step` over its KV cache (the same cache layout and arithmetic,
-  without the programs' bookkeeping). It checks that both decode the same
-  ids.
+  without the programs' bookkeeping) that keeps, as Pax's greedy decode
+  does, each chosen token's log-probability (a log-softmax over the
+  vocabulary at every step). It checks that both decode the same ids and
+  log-probabilities. The ratio against the same loop without the
+  log-probabilities (ids only, less math than the program does) is printed
+  too.
 
 Both hand-written steps take the weights as an argument, as the programs'
 compiled steps do and as any loop over a trained checkpoint must (weights
 closed over in a `jax.jit` become constants of the executable: XLA folds
 their transposes and layouts at compile time, work no real decode skips).
 
-After compilation the two sides alternate `--repeats` times; it prints the
-median of each and the ratio program / hand-written (1.0: no overhead).
+After compilation the sides alternate `--repeats` times; it prints the
+median rate of each and the median (and quartiles) of the paired repeats'
+ratios, program rate / hand-written rate (1.0: no overhead).
 """
 
 import pathlib
@@ -57,7 +62,7 @@ from praxis.layers import transformer_models
 from praxis.layers import transformers
 
 _BATCHES = flags.DEFINE_integer('batches', 16, 'Batches per eval / decode.')
-_REPEATS = flags.DEFINE_integer('repeats', 9, 'Alternating repeats.')
+_REPEATS = flags.DEFINE_integer('repeats', 15, 'Alternating repeats.')
 
 NestedMap = py_utils.NestedMap
 DECODE_CACHE = base_layer.DECODE_CACHE
@@ -167,8 +172,13 @@ def reference_eval(task, variables, batches):
   return run
 
 
-def reference_decode(task, variables, prompt_batches):
-  """Greedy decoding: a lax.while_loop of extend_step over the KV cache."""
+def reference_decode(task, variables, prompt_batches, logprobs=True):
+  """Greedy decoding: a lax.while_loop of extend_step over the KV cache.
+
+  Returns a function of no arguments: the decoded ids [N, seq len] and, with
+  `logprobs`, each position's log-probability of its id (1.0 at position 0,
+  as in the program's outputs), else None.
+  """
   model = task.model
   context = base_layer.JaxContext.HParams(do_eval=True)
 
@@ -190,35 +200,53 @@ def reference_decode(task, variables, prompt_batches):
                              mutable=[DECODE_CACHE])
       ids = jnp.zeros((b, _SEQLEN), jnp.int32).at[:, :_PROMPT_LEN].set(
           prompts)
+      lps = jnp.ones((b, _SEQLEN), jnp.float32) if logprobs else None
 
       def body(carry):
-        t, ids, cache = carry
+        t, ids, lps, cache = carry
         logits, cache = model.apply(
             {**variables, **cache}, ids[:, t], jnp.full((b,), t, jnp.int32),
             method=extend, mutable=[DECODE_CACHE])
         new = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         new = jnp.where(t + 1 < _PROMPT_LEN, ids[:, t + 1], new)
-        return t + 1, ids.at[:, t + 1].set(new), cache
+        if logprobs:
+          lp = jax.nn.log_softmax(logits)[jnp.arange(b), new]
+          lps = lps.at[:, t + 1].set(lp)
+        return t + 1, ids.at[:, t + 1].set(new), lps, cache
 
-      _, ids, _ = jax.lax.while_loop(lambda c: c[0] < _SEQLEN - 1, body,
-                                     (jnp.int32(0), ids, cache))
-    return ids
+      _, ids, lps, _ = jax.lax.while_loop(lambda c: c[0] < _SEQLEN - 1, body,
+                                          (jnp.int32(0), ids, lps, cache))
+    return ids, lps
 
   def run():
     outs = [decode(variables, p) for p in prompt_batches]
-    return np.concatenate([np.asarray(o) for o in outs])
+    ids = np.concatenate([np.asarray(i) for i, _ in outs])
+    if not logprobs:
+      return ids, None
+    return ids, np.concatenate([np.asarray(lp) for _, lp in outs])
 
   return run
 
 
-def alternate(program_fn, reference_fn, repeats):
-  """Median seconds of each over `repeats` alternating runs."""
-  program_fn(), reference_fn()  # Compile (and warm up).
-  prog, ref = [], []
+def alternate(repeats, *fns):
+  """Seconds of each function in `repeats` alternating runs (lists)."""
+  for fn in fns:
+    fn()  # Compile (and warm up).
+  times = [[] for _ in fns]
   for _ in range(repeats):
-    prog.append(timed(program_fn)[0])
-    ref.append(timed(reference_fn)[0])
-  return statistics.median(prog), statistics.median(ref)
+    for fn, fn_times in zip(fns, times):
+      fn_times.append(timed(fn)[0])
+  return times
+
+
+def paired_ratio(program_times, reference_times):
+  """'ratio R (quartiles A-B)': of the paired repeats' ratios reference /
+  program (throughput of the program over the reference's), the median and
+  quartiles: adjacent runs see the same state of a shared machine."""
+  ratios = [r / p for p, r in zip(program_times, reference_times)]
+  low, _, high = statistics.quantiles(ratios, n=4)
+  return (f'ratio {statistics.median(ratios):.3f} '
+          f'(quartiles {low:.3f}-{high:.3f})')
 
 
 def main(argv):
@@ -236,27 +264,38 @@ def main(argv):
                     for i in range(0, n, _BATCH)]
   ref_eval = reference_eval(task, variables, eval_batches)
   ref_decode = reference_decode(task, variables, prompt_batches)
+  ids_only_decode = reference_decode(task, variables, prompt_batches,
+                                     logprobs=False)
 
   np.testing.assert_allclose(run_eval(), ref_eval(), rtol=1e-4)
   records = dict(run_decode())
-  ref_ids = ref_decode()
-  for row, prompt in zip(ref_ids, prompts_np['ids']):
-    key = ' '.join(map(str, prompt))
-    np.testing.assert_array_equal(records[key]['ids'][:_SEQLEN], row)
+  ref_ids, ref_logprobs = ref_decode()
+  np.testing.assert_array_equal(ids_only_decode()[0], ref_ids)
+  for row, logprobs, prompt in zip(ref_ids, ref_logprobs, prompts_np['ids']):
+    record = records[' '.join(map(str, prompt))]
+    np.testing.assert_array_equal(record['ids'][:_SEQLEN], row)
+    np.testing.assert_allclose(record['logprobs'][:_SEQLEN], logprobs,
+                               rtol=1e-5, atol=1e-5)
 
   print(f'devices: {jax.device_count()} x {jax.devices()[0].device_kind}')
   print(f'model: TransformerLm 2 x {_DIMS}, vocabulary {_VOCAB}; '
         f'{_BATCHES.value} batches of {_BATCH}; {_REPEATS.value} '
-        'alternating repeats (medians)')
-  prog, ref = alternate(run_eval, ref_eval, _REPEATS.value)
-  print(f'eval ({_SEQ_LEN} tokens/example): program {n / prog:.1f} '
-        f'examples/s, hand-written jit {n / ref:.1f} examples/s, ratio '
-        f'{ref / prog:.3f}')
+        'alternating repeats; rates are medians, ratios the median of the '
+        'paired ratios)')
+  med = statistics.median
+  prog, ref = alternate(_REPEATS.value, run_eval, ref_eval)
+  print(f'eval ({_SEQ_LEN} tokens/example): program {n / med(prog):.1f} '
+        f'examples/s, hand-written jit {n / med(ref):.1f} examples/s, '
+        f'{paired_ratio(prog, ref)}')
   tokens = n * (_SEQLEN - _PROMPT_LEN)
-  prog, ref = alternate(run_decode, ref_decode, _REPEATS.value)
+  prog, ref, ids_only = alternate(_REPEATS.value, run_decode, ref_decode,
+                                  ids_only_decode)
   print(f'decode ({_PROMPT_LEN}-token prompts, {_SEQLEN - _PROMPT_LEN} new '
-        f'tokens): program {tokens / prog:.1f} tokens/s, hand-written '
-        f'while_loop {tokens / ref:.1f} tokens/s, ratio {ref / prog:.3f}')
+        f'tokens): program {tokens / med(prog):.1f} tokens/s, hand-written '
+        f'while_loop {tokens / med(ref):.1f} tokens/s, '
+        f'{paired_ratio(prog, ref)}; ids only, without the log-probabilities: '
+        f'{tokens / med(ids_only):.1f} tokens/s, '
+        f'{paired_ratio(prog, ids_only)}')
 
 
 if __name__ == '__main__':
