@@ -173,10 +173,11 @@ def _decoded_substrings(input_obj: base_input.BaseInput, ids: np.ndarray,
   """
   if not rows:
     return []
-  lengths = np.array([max(end - start, 0) for start, end in spans], np.int32)
+  pieces = [ids[i][start:end] for i, (start, end) in zip(rows, spans)]
+  lengths = np.array([len(piece) for piece in pieces], np.int32)
   spans_ids = np.zeros((len(rows), int(lengths.max())), ids.dtype)
-  for k, (i, (start, _)) in enumerate(zip(rows, spans)):
-    spans_ids[k, :lengths[k]] = ids[i][start:start + lengths[k]]
+  for k, piece in enumerate(pieces):
+    spans_ids[k, :len(piece)] = piece
   return list(input_obj.ids_to_strings(spans_ids, lengths))
 
 
