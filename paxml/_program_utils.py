@@ -166,17 +166,33 @@ class InFlight:
   """Bounds how many dispatched steps may wait for the devices.
 
   Dispatch is asynchronous: without a bound the host queues every batch
-  (holding its inputs on the devices). Waiting for the step `limit` back
-  keeps the devices fed; nothing is copied to the host.
+  (holding its inputs on the devices). When more than `limit` steps are in
+  flight the host waits, until `resume_at` of them are left; nothing is
+  copied to the host.
+
+  By default, as Pax, the host waits for the oldest step only (`resume_at`
+  = `limit`): the devices keep `limit` steps queued while it works. On CPU
+  devices (XLA:CPU runs the steps on the host's own cores) it waits until
+  half of `limit` (at least one step) are left, so that it wakes up once
+  every `limit - limit // 2` steps instead of after each: its work between
+  two waits then runs in one burst, which costs less processor time (taken
+  from the steps) than the same work split by a wake-up per step.
   """
 
-  def __init__(self, limit: int):
+  def __init__(self, limit: int, resume_at: int | None = None):
     """Constructor.
 
     Args:
       limit: Steps allowed in flight (<= 0: no bound).
+      resume_at: Steps left in flight when a wait ends (at least 1, at most
+        `limit`); None: `max(1, limit // 2)` when JAX's default backend is
+        the CPU, else `limit`.
     """
     self._limit = int(limit)
+    if resume_at is None:
+      on_cpu = jax.default_backend() == 'cpu'
+      resume_at = max(1, self._limit // 2) if on_cpu else self._limit
+    self._resume_at = min(max(int(resume_at), 1), max(self._limit, 1))
     self._queue = collections.deque()
 
   def add(self, marker: Any) -> None:
@@ -185,7 +201,9 @@ class InFlight:
       return
     self._queue.append(marker)
     if len(self._queue) > self._limit:
-      jax.block_until_ready(self._queue.popleft())
+      done = [self._queue.popleft()
+              for _ in range(len(self._queue) - self._resume_at)]
+      jax.block_until_ready(done)
 
   def wait_all(self) -> None:
     while self._queue:

@@ -90,6 +90,57 @@ class EvalProgramTest(absltest.TestCase):
     self.assertFalse(tasks_lib.has_ema(task))
 
 
+class _Step:
+  """A dispatched step's marker that records when it is waited for."""
+
+  def __init__(self, name, waited):
+    self.name, self._waited = name, waited
+
+  def block_until_ready(self):
+    self._waited.append(self.name)
+    return self
+
+
+class InFlightTest(absltest.TestCase):
+
+  def _waits(self, in_flight, steps):
+    """The markers waited for after each of `steps` dispatches."""
+    waited, per_step = [], []
+    for i in range(steps):
+      in_flight.add(_Step(i, waited))
+      per_step.append(list(waited))
+      waited.clear()
+    return per_step
+
+  def test_as_pax_the_oldest_step_only(self):
+    self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=2), 5),
+                     [[], [], [0], [1], [2]])
+
+  def test_down_to_resume_at(self):
+    self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=1), 7),
+                     [[], [], [0, 1], [], [2, 3], [], [4, 5]])
+    self.assertEqual(self._waits(_program_utils.InFlight(4, resume_at=2), 8),
+                     [[], [], [], [], [0, 1, 2], [], [], [3, 4, 5]])
+
+  def test_default_on_cpu_waits_every_other_step_with_limit_two(self):
+    self.assertEqual(jax.default_backend(), 'cpu')  # These tests' devices.
+    self.assertEqual(self._waits(_program_utils.InFlight(2), 5),
+                     [[], [], [0, 1], [], [2, 3]])
+    # One step allowed: each step waits for the one before, as Pax.
+    self.assertEqual(self._waits(_program_utils.InFlight(1), 3),
+                     [[], [0], [1]])
+
+  def test_no_bound_never_waits_and_wait_all_takes_the_rest(self):
+    self.assertEqual(self._waits(_program_utils.InFlight(0), 4),
+                     [[], [], [], []])
+    waited = []
+    in_flight = _program_utils.InFlight(3, resume_at=3)
+    for i in range(3):
+      in_flight.add(_Step(i, waited))
+    in_flight.wait_all()
+    self.assertEqual(waited, [0, 1, 2])
+
+
 class BatchKeysTest(absltest.TestCase):
 
   def test_same_bits_as_fold_in_across_blocks(self):
