@@ -395,28 +395,30 @@ class Progress:
 class KeyValueOutputs:
   """The decode program's (key, value) outputs, written as Pax writes them.
 
-  `<name>.jsonl` holds one value a line (`io_utils.JnpEncoder`) and, when
-  asked, `<name>.pickle` the (key, value) pairs, as
+  `<name>.jsonl` holds one value a line (`io_utils.JnpEncoder`) and, with
+  `write_pickle`, `<name>.pickle` the (key, value) pairs, as
   `io_utils.write_key_value_pairs`. The decode program adds each batch's
-  records as they arrive, so their JSON lines are encoded, and their device
-  arrays turned into numpy arrays for the pickle, while the devices decode
-  the next batches instead of all after the last one. `pairs` keeps the
-  records as they were added. A value JSON
+  records as they arrive, so their JSON lines are encoded, and (for the
+  pickle) their device arrays turned into numpy arrays, while the devices
+  decode the next batches instead of all after the last one. `pairs` keeps
+  the records as they were added. A value JSON
   cannot hold is logged at `write` and leaves no `.jsonl`; a pair pickle
   cannot hold is logged and leaves no `.pickle` (the decoding is not lost
   either way).
   """
 
-  def __init__(self):
+  def __init__(self, write_pickle: bool = True):
     self.pairs = []
-    self._host_pairs = []  # `pairs` as the pickle holds them.
+    # `pairs` as the pickle holds them; None: no pickle is written.
+    self._host_pairs = [] if write_pickle else None
     self._lines = []
     self._error = None
 
   def add(self, key_value_pairs: Any) -> None:
     key_value_pairs = list(key_value_pairs)
     self.pairs.extend(key_value_pairs)
-    self._host_pairs.extend(io_utils.cast_to_ndarrays(key_value_pairs))
+    if self._host_pairs is not None:
+      self._host_pairs.extend(io_utils.cast_to_ndarrays(key_value_pairs))
     if self._error is not None:
       return
     try:
@@ -425,11 +427,11 @@ class KeyValueOutputs:
     except (TypeError, ValueError) as e:
       self._error, self._lines = e, []
 
-  def write(self, filename: Any, write_pickle: bool = True) -> None:
+  def write(self, filename: Any) -> None:
     """Writes `filename` + `.jsonl` (and `.pickle`); makes its folder."""
     path = epath.Path(filename)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if write_pickle:
+    if self._host_pairs is not None:
       try:
         io_utils.write_pickle_file(path, self._host_pairs,
                                    cast_to_ndarray=False)

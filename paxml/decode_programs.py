@@ -131,7 +131,7 @@ class SingleTaskDecodeProgram(programs.Program):
     eval_state = programs.get_eval_train_state(
         self._task, state, self._task.train.decode_use_ema_states)
     metrics = _program_utils.new_metrics(self._task)
-    outputs = _program_utils.KeyValueOutputs()
+    outputs = _program_utils.KeyValueOutputs(self._output_pickle)
     lag = max(int(self._task.train.max_inflight_steps), 1)
     pending = collections.deque()
     num_steps = 0
@@ -152,7 +152,7 @@ class SingleTaskDecodeProgram(programs.Program):
     self._write_summaries(step, final)
     records = outputs.pairs
     outputs.write(self._output_dir / programs.get_filename(
-        step, programs.EvaluationMode.DECODE.value), self._output_pickle)
+        step, programs.EvaluationMode.DECODE.value))
     logging.info('decode %s at step %d: %d outputs %s', self._name, step,
                  len(records), final)
     for key, value in records[:2] if logging.level_info() else ():

@@ -195,11 +195,11 @@ class OutputFilesTest(absltest.TestCase):
       self.assertEqual(pickle.load(f), [('a', 1), ('b', {2, 3})])
 
   def test_decode_records_written_as_they_arrive(self):
-    outputs = _program_utils.KeyValueOutputs()
+    outputs = _program_utils.KeyValueOutputs(write_pickle=False)
     outputs.add([('x', np.float32(0.5))])
     outputs.add(iter([('y', {'ids': np.array([1, 2], np.int32)})]))
     out = pathlib.Path(tempfile.mkdtemp()) / 'sub' / 'decoder_out_1_shard_0'
-    outputs.write(out, write_pickle=False)
+    outputs.write(out)
     self.assertEqual(
         [json.loads(x) for x in out.with_suffix('.jsonl').read_text()
          .splitlines()], [0.5, {'ids': [1, 2]}])
