@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -119,6 +120,12 @@ def _class_name(fn_or_cls: Any) -> str:
   return getattr(fn_or_cls, '__qualname__', repr(fn_or_cls))
 
 
+# What fiddle keeps in a Buildable's `__dict__` (fiddle 0.3).
+_BUILDABLE_STATE = frozenset({
+    '__fn_or_cls__', '__signature_info__', '__arguments__',
+    '__argument_history__', '__argument_tags__'})
+
+
 class _PaxBuildableMixin(CloneAndSetMixin):
   """What Pax adds to fiddle's Config and Partial."""
 
@@ -146,7 +153,32 @@ class _PaxBuildableMixin(CloneAndSetMixin):
     # signature already, and no one changes either after construction):
     # copying it was about a third of `clone()` for a transformer's config.
     memo[id(self.__signature_info__)] = self.__signature_info__
-    return super().__deepcopy__(memo)
+    state = self.__dict__
+    if (state.keys() != _BUILDABLE_STATE or
+        type(state['__argument_tags__']) is not collections.defaultdict):
+      return super().__deepcopy__(memo)  # Not as fiddle 0.3 keeps it.
+    # The same copy as fiddle's, without copy.deepcopy's generic walk of
+    # the bookkeeping: history entries are immutable (fiddle's deepcopy of
+    # one returns it) and tags are classes, so their lists and sets are
+    # copied shallowly; argument values are deep-copied, through `memo`
+    # (a config shared by two fields stays shared in the copy). A layer
+    # clones its templates in `setup`, at every trace of the model.
+    result = object.__new__(type(self))
+    memo[id(self)] = result
+    history_copy = type(state['__argument_history__'])(
+        {name: list(entries)
+         for name, entries in state['__argument_history__'].items()})
+    tags = state['__argument_tags__']
+    tags_copy = type(tags)(tags.default_factory,
+                           {name: set(t) for name, t in tags.items()})
+    result.__dict__.update(
+        __fn_or_cls__=copy.deepcopy(state['__fn_or_cls__'], memo),
+        __signature_info__=state['__signature_info__'],
+        __arguments__={name: copy.deepcopy(value, memo)
+                       for name, value in state['__arguments__'].items()},
+        __argument_history__=history_copy,
+        __argument_tags__=tags_copy)
+    return result
 
   def __setattr__(self, name: str, value: Any) -> None:
     if name == 'cls':

@@ -196,6 +196,38 @@ class CopyTest(test_utils.TestCase):
                      (6, 'b', 2))
     self.assertIs(copy_.__signature_info__, cfg.__signature_info__)
 
+  def test_clone_keeps_history_tags_and_sharing_as_fiddle_copies(self):
+    shared = pax_fiddle.Config(Leaf, x=3)
+    cfg = pax_fiddle.Config(Tree, leaf_tpl=shared, maybe_tpl=shared,
+                            tpls=[shared, pax_fiddle.Config(Leaf)])
+    cfg.size = 4
+    cfg.size = 5
+    fdl.add_tag(cfg, 'size', Marked)  # `size` has three history entries.
+    copy_ = cfg.clone()
+    # fiddle's own copy (the generic walk of the whole `__dict__`).
+    reference = fdl.Config.__deepcopy__(cfg, {})
+    self.assertEqual(copy_, reference)
+    self.assertEqual(copy_, cfg)
+    for name in ('size', 'leaf_tpl', 'tpls'):
+      self.assertEqual(
+          [(e.param_name, e.kind, e.new_value) for e in
+           copy_.__argument_history__[name]],
+          [(e.param_name, e.kind, e.new_value) for e in
+           reference.__argument_history__[name]])
+    self.assertLen(copy_.__argument_history__['size'], 3)
+    self.assertEqual(fdl.get_tags(copy_, 'size'), {Marked})
+    # The copy's bookkeeping is its own.
+    fdl.add_tag(copy_, 'leaf', Marked)
+    copy_.size = 6
+    self.assertEqual(fdl.get_tags(cfg, 'leaf'), set())
+    self.assertLen(cfg.__argument_history__['size'], 3)
+    # One shared config stays one (new) config in the copy.
+    self.assertIs(copy_.leaf_tpl, copy_.maybe_tpl)
+    self.assertIs(copy_.leaf_tpl, copy_.tpls[0])
+    self.assertIsNot(copy_.leaf_tpl, shared)
+    copy_.leaf_tpl.x = 9
+    self.assertEqual((copy_.tpls[0].x, shared.x), (9, 3))
+
   def test_build_owned_builds_like_build_and_changes_its_argument(self):
     def make():
       return pax_fiddle.Config(Tree, leaf_tpl=pax_fiddle.Config(Leaf, x=4),
