@@ -166,9 +166,12 @@ class InFlight:
   """Bounds how many dispatched steps may wait for the devices.
 
   Dispatch is asynchronous: without a bound the host queues every batch
-  (holding its inputs on the devices). When more than `limit` steps are in
-  flight the host waits, until `resume_at` of them are left; nothing is
-  copied to the host.
+  (holding its inputs on the devices). A program calls `make_room()` once a
+  step's inputs are ready and before dispatching it, then `add`s the step:
+  when more than `limit` steps are in flight, `make_room` waits until
+  `resume_at` of them are left; nothing is copied to the host. As in Pax,
+  the next batch is prepared before the wait, while the devices still run
+  the steps the host would wait for.
 
   By default, as Pax, the host waits for the oldest step only (`resume_at`
   = `limit`): the devices keep `limit` steps queued while it works. On CPU
@@ -195,15 +198,17 @@ class InFlight:
     self._resume_at = min(max(int(resume_at), 1), max(self._limit, 1))
     self._queue = collections.deque()
 
-  def add(self, marker: Any) -> None:
-    """Counts a dispatched step by one of its outputs (a device array)."""
-    if self._limit <= 0:
-      return
-    self._queue.append(marker)
-    if len(self._queue) > self._limit:
+  def make_room(self) -> None:
+    """Before a dispatch: waits down to `resume_at` steps if over `limit`."""
+    if self._limit > 0 and len(self._queue) > self._limit:
       done = [self._queue.popleft()
               for _ in range(len(self._queue) - self._resume_at)]
       jax.block_until_ready(done)
+
+  def add(self, marker: Any) -> None:
+    """Counts a dispatched step by one of its outputs (a device array)."""
+    if self._limit > 0:
+      self._queue.append(marker)
 
   def wait_all(self) -> None:
     while self._queue:

@@ -401,6 +401,7 @@ class BaseTrainProgram(Program):
     inputs = self._partitioner.preprocess_inputs(
         self._train_input, batch, self.train_input_partition_spec(batch))
     write, accumulate = self._kept_outputs(step)
+    self._in_flight.make_room()
     new_step, state, outputs = self.train_step(
         step, state, self._train_prng_seed, inputs,
         self._static_args[write or accumulate])
@@ -656,6 +657,7 @@ class BaseEvalProgram(Program):
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.eval_input_partition_spec(batch))
+      in_flight.make_room()
       out = self.eval_step(eval_state,
                            keys(i),
                            inputs, static_args)

@@ -104,31 +104,42 @@ class _Step:
 class InFlightTest(absltest.TestCase):
 
   def _waits(self, in_flight, steps):
-    """The markers waited for after each of `steps` dispatches."""
+    """The markers waited for before each of `steps` dispatches."""
     waited, per_step = [], []
     for i in range(steps):
-      in_flight.add(_Step(i, waited))
+      in_flight.make_room()  # The step's inputs are ready: room for it?
       per_step.append(list(waited))
       waited.clear()
+      in_flight.add(_Step(i, waited))
     return per_step
 
   def test_as_pax_the_oldest_step_only(self):
+    # Steps 0-2 are dispatched at once; step 3 waits for step 0, 4 for 1.
     self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=2), 5),
-                     [[], [], [0], [1], [2]])
+                     [[], [], [], [0], [1]])
 
   def test_down_to_resume_at(self):
     self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=1), 7),
-                     [[], [], [0, 1], [], [2, 3], [], [4, 5]])
-    self.assertEqual(self._waits(_program_utils.InFlight(4, resume_at=2), 8),
-                     [[], [], [], [], [0, 1, 2], [], [], [3, 4, 5]])
+                     [[], [], [], [0, 1], [], [2, 3], []])
+    self.assertEqual(self._waits(_program_utils.InFlight(4, resume_at=2), 9),
+                     [[], [], [], [], [], [0, 1, 2], [], [], [3, 4, 5]])
 
   def test_default_on_cpu_waits_every_other_step_with_limit_two(self):
     self.assertEqual(jax.default_backend(), 'cpu')  # These tests' devices.
-    self.assertEqual(self._waits(_program_utils.InFlight(2), 5),
-                     [[], [], [0, 1], [], [2, 3]])
-    # One step allowed: each step waits for the one before, as Pax.
-    self.assertEqual(self._waits(_program_utils.InFlight(1), 3),
-                     [[], [0], [1]])
+    self.assertEqual(self._waits(_program_utils.InFlight(2), 6),
+                     [[], [], [], [0, 1], [], [2, 3]])
+    # One step allowed: each step waits for the one two back.
+    self.assertEqual(self._waits(_program_utils.InFlight(1), 4),
+                     [[], [], [0], [1]])
+
+  def test_adding_never_waits(self):
+    waited = []
+    in_flight = _program_utils.InFlight(1, resume_at=1)
+    for i in range(4):
+      in_flight.add(_Step(i, waited))
+    self.assertEqual(waited, [])
+    in_flight.make_room()
+    self.assertEqual(waited, [0, 1, 2])
 
   def test_no_bound_never_waits_and_wait_all_takes_the_rest(self):
     self.assertEqual(self._waits(_program_utils.InFlight(0), 4),
@@ -136,7 +147,9 @@ class InFlightTest(absltest.TestCase):
     waited = []
     in_flight = _program_utils.InFlight(3, resume_at=3)
     for i in range(3):
+      in_flight.make_room()
       in_flight.add(_Step(i, waited))
+    self.assertEqual(waited, [])
     in_flight.wait_all()
     self.assertEqual(waited, [0, 1, 2])
 

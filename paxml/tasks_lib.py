@@ -443,8 +443,9 @@ class SingleTask(base_task.BaseTask):
         duration (e.g. '12h').
       save_max_to_keep: Most recent checkpoints kept.
       max_inflight_steps: Steps dispatched ahead of the host (<= 0: no
-        limit). Over it the host waits for the oldest step, or on CPU
-        devices until half of them (at least one) are left.
+        limit). Over it the host, once the next batch is ready, waits for
+        the oldest step, or on CPU devices until half of them (at least
+        one) are left, before dispatching the next.
       summary_interval_steps: Steps between summaries.
       log_train_output_interval_steps: Steps between logs of the train
         output (None: summary_interval_steps).
