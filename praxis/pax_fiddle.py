@@ -152,11 +152,12 @@ class _PaxBuildableMixin(CloneAndSetMixin):
     # The copy shares the signature information (fiddle shares the
     # signature already, and no one changes either after construction):
     # copying it was about a third of `clone()` for a transformer's config.
-    memo[id(self.__signature_info__)] = self.__signature_info__
     state = self.__dict__
     if (state.keys() != _BUILDABLE_STATE or
         type(state['__argument_tags__']) is not collections.defaultdict):
-      return super().__deepcopy__(memo)  # Not as fiddle 0.3 keeps it.
+      # Not as fiddle 0.3 keeps it: fiddle's copy of the whole `__dict__`.
+      memo[id(self.__signature_info__)] = self.__signature_info__
+      return super().__deepcopy__(memo)
     # The same copy as fiddle's, without copy.deepcopy's generic walk of
     # the bookkeeping: history entries are immutable (fiddle's deepcopy of
     # one returns it) and tags are classes, so their lists and sets are
