@@ -1,11 +1,17 @@
 """Model FLOPs utilisation: the step's FLOPs against the devices' peak.
 
-Public names: PEAK_BF16_TFLOPS, peak_flops_per_device, compiled_flops, mfu.
+Public names: PEAK_BF16_TFLOPS, peak_flops_per_device, xla_flops, mfu.
 
-The FLOPs of a step are XLA's own count for the compiled step (its cost
-analysis), so they include everything the step computes (forward, backward,
-optimizer). Peaks are dense bf16 matrix-unit figures from the vendors' data
-sheets, per device as JAX sees it (a TPU v4 chip, a GPU).
+The FLOPs of a step are XLA's own count (its cost analysis) of the step as
+lowered, before XLA partitions and optimizes it: the whole step on all
+devices together (forward, backward with any rematerialisation, optimizer).
+The compiled executable's count is not used: it is per device after SPMD
+partitioning, and on a GPU it came to only 0.27-0.37 of a 1.3B LM's model
+FLOPs (an H200, 2026-11-27; cause not established). Neither count sees inside
+custom calls (cuDNN fused attention, Pallas kernels), and a loop's body
+(`lax.scan`, so repeated layers) is counted once. Peaks are dense bf16
+matrix-unit figures from the vendors' data sheets, per device as JAX sees it
+(a TPU v4 chip, a GPU).
 """
 
 from __future__ import annotations
@@ -35,10 +41,18 @@ def peak_flops_per_device(device_kind: str) -> float | None:
   return None
 
 
-def compiled_flops(compiled: Any) -> float | None:
-  """FLOPs of one call of a compiled computation, per XLA's cost analysis."""
+def xla_flops(stage: Any) -> float | None:
+  """XLA's FLOP count of one call of a `jax.stages.Lowered` (or `Compiled`).
+
+  Args:
+    stage: Pass the lowered step for the whole step's count; a compiled one
+      counts one device's share after partitioning.
+
+  Returns:
+    The count, or None where XLA has none.
+  """
   try:
-    analysis = compiled.cost_analysis()
+    analysis = stage.cost_analysis()
   except Exception:  # pylint: disable=broad-except
     return None
   if isinstance(analysis, (list, tuple)):

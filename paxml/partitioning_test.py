@@ -281,6 +281,25 @@ class DataParallelTest(absltest.TestCase):
     moving = np.asarray(state.mdl_vars['non_trainable']['bn']['moving_mean'])
     np.testing.assert_allclose(moving, expected, rtol=1e-5, atol=1e-6)
 
+  def test_flops_count_the_whole_step_on_any_number_of_devices(self):
+    # MFU divides the step's FLOPs by the peak of all the devices, so the
+    # count must be of the whole step, not of one device's share of it.
+    task = _task(None)
+    counts = []
+    for devices in (None, np.array(jax.devices()[:1])):  # 8 devices, then 1.
+      partitioner = _partitioner(task, devices)
+      step, specs = partitioner.partition(
+          trainer_lib.train_step_single_learner, _spec(next(_batches(1))),
+          False)
+      step(_init(partitioner), jax.random.PRNGKey(0),
+           partitioner.preprocess_inputs(None, next(_batches(1)), specs))
+      counts.append(step.flops)
+    # Forward: [16, 8] x [8, 16] and [16, 16] x [16, 4]; the backward's two
+    # products per matmul (weights, inputs) double it.
+    matmuls = 3 * 2 * 16 * (8 * 16 + 16 * 4)
+    self.assertGreater(counts[1], matmuls)
+    self.assertAlmostEqual(counts[0] / counts[1], 1.0, delta=0.02)
+
 
 class LmCloudSpmdMeshTest(absltest.TestCase):
   """Pax's LmCloudSpmdTest LM on a [1, 2, 4] mesh against one device."""

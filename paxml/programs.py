@@ -473,9 +473,12 @@ class BaseTrainProgram(Program):
     if entry is None:  # Not accumulating (or nothing accumulated yet).
       entry = _program_utils.SummaryEntry.of([(step, outputs)])
     rates = self._progress.rates(step)
-    utilisation = mfu.mfu(getattr(self._compiled_train_step(), 'flops', None),
-                          rates.steps_per_sec, jax.device_count(),
-                          jax.devices()[0].device_kind)
+    kind = jax.devices()[0].device_kind
+    utilisation = None
+    if mfu.peak_flops_per_device(kind) is not None:  # Else no FLOP count.
+      utilisation = mfu.mfu(
+          getattr(self._compiled_train_step(), 'flops', None),
+          rates.steps_per_sec, jax.device_count(), kind)
     eta = (self.num_train_steps - step) / max(rates.steps_per_sec, 1e-9)
     logging.info(
         'step %d/%d loss %.5f, %.2f steps/sec, %.0f tokens/sec, ETA %.0fs%s',

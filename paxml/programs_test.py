@@ -4,13 +4,16 @@ import dataclasses
 import json
 import pathlib
 import pickle
+import re
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import _program_utils
+from paxml import mfu
 from paxml import partitioning_test
 from paxml import programs
 from paxml import tasks_lib
@@ -55,6 +58,28 @@ class TrainProgramTest(absltest.TestCase):
     program.shutdown()
     self.assertEqual(int(state.step), 1000)
     self.assertLess(float(out.loss), first)
+
+  def test_mfu_is_logged_from_the_whole_steps_flops(self):
+    task = partitioning_test._task(  # Data parallel over 8 devices.
+        None, train_fields=dict(summary_interval_steps=2,
+                                num_train_steps=4))
+    _, state, program = _setup_train(task, _input(is_training=True))
+    # A made-up peak for CPUs (none is known): 1 GFLOP/s a device.
+    with mock.patch.dict(mfu.PEAK_BF16_TFLOPS, {'cpu': 1e-3}), \
+        self.assertLogs('absl', level='INFO') as logs:
+      for step in range(4):
+        state = program.run(state, step).state
+      program.shutdown()
+    lines = [r.getMessage() for r in logs.records if 'MFU' in r.getMessage()]
+    self.assertLen(lines, 2)  # Steps 2 and 4.
+    flops = program._compiled_train_step().flops
+    # The two matmuls' forward and backward alone, on the global batch.
+    self.assertGreater(flops, 3 * 2 * 16 * (8 * 16 + 16 * 4))
+    for line in lines:
+      rate = float(re.search(r'([0-9.]+) steps/sec', line).group(1))
+      logged = float(re.search(r'MFU ([0-9.]+)%', line).group(1))
+      self.assertAlmostEqual(logged, 100 * flops * rate / (8 * 1e9),
+                             delta=0.05 + 0.01 * logged)
 
 
 class EvalProgramTest(absltest.TestCase):
