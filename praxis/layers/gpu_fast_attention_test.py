@@ -113,13 +113,19 @@ class FusedAttentionTest(test_utils.TestCase):
                        attentions.convert_paddings_to_mask(paddings))
     kw = dict(input_dim=256, hidden_dim=256, num_heads=4,
               fprop_dtype=jnp.bfloat16)
-    (want, _), (got, _), *_ = pair(
-        attentions.DotProductAttention, gfa.GpuCudnnFusedDotProductAttention,
-        x, mask, **kw)
     self.assertEqual(gfa.default_implementation(jnp.bfloat16), 'cudnn')
-    self.assertAllClose(np.asarray(got, np.float32)[:, :100],
-                        np.asarray(want, np.float32)[:, :100],
-                        atol=3e-2, rtol=3e-2)
+    for is_causal in (False, True):  # The kernel's causal mode, mask kept.
+      with self.subTest(is_causal=is_causal):
+        (want, _), _, variables, *_ = pair(
+            attentions.DotProductAttention,
+            gfa.GpuCudnnFusedDotProductAttention, x, mask, **kw)
+        fused = base_layer.instantiate(pax_fiddle.Config(
+            gfa.GpuCudnnFusedDotProductAttention, name='a',
+            is_causal=is_causal, **kw))
+        got, _ = fused.apply(variables, x, x, x, mask)
+        self.assertAllClose(np.asarray(got, np.float32)[:, :100],
+                            np.asarray(want, np.float32)[:, :100],
+                            atol=3e-2, rtol=3e-2)
 
   def test_implementation_choice(self):
     expected = 'cudnn' if jax.default_backend() == 'gpu' else 'xla'
