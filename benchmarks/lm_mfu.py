@@ -19,7 +19,7 @@ Model FLOPs per step come from the config, as in the PaLM paper's MFU:
 6 x (non-embedding parameters + the softmax's) x tokens + 12 x layers x
 width x sequence x tokens (attention scores and values, forward and
 backward). The script prints them next to XLA's count for the step as
-lowered (`paxml.mfu.xla_flops`, the count the runner's MFU uses), which
+lowered (`paxml.mfu.step_flops`, the count the runner's MFU uses), which
 also counts the optimizer and element-wise work and the recomputed forward
 under remat, but not the inside of custom calls: with cuDNN attention (a
 GPU, bf16) it leaves out the attention part, printed apart. MFU is model

@@ -1,6 +1,7 @@
 """Model FLOPs utilisation: the step's FLOPs against the devices' peak.
 
-Public names: PEAK_BF16_TFLOPS, peak_flops_per_device, xla_flops, mfu.
+Public names: PEAK_BF16_TFLOPS, peak_flops_per_device, xla_flops,
+step_flops, mfu.
 
 The FLOPs of a step are XLA's own count (its cost analysis) of the step as
 lowered, before XLA partitions and optimizes it: the whole step on all
@@ -8,15 +9,19 @@ devices together (forward, backward with any rematerialisation, optimizer).
 The compiled executable's count is not used: it is per device after SPMD
 partitioning, and on a GPU it came to only 0.27-0.37 of a 1.3B LM's model
 FLOPs (an H200, 2026-11-27; cause not established). Neither count sees inside
-custom calls (cuDNN fused attention, Pallas kernels), and a loop's body
-(`lax.scan`, so repeated layers) is counted once. Peaks are dense bf16
-matrix-unit figures from the vendors' data sheets, per device as JAX sees it
-(a TPU v4 chip, a GPU).
+custom calls (cuDNN fused attention, Pallas kernels), and XLA counts a
+loop's body once: `step_flops` adds the other iterations of each
+`lax.scan` (repeated layers, pipelines), counting the body on its own.
+Peaks are dense bf16 matrix-unit figures from the vendors' data sheets, per
+device as JAX sees it (a TPU v4 chip, a GPU).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import jax
+from jax.extend import core as jax_core
 
 # Dense bf16 peak TFLOP/s per device, keyed by a substring of
 # `jax.Device.device_kind` (matched longest first).
@@ -59,6 +64,51 @@ def xla_flops(stage: Any) -> float | None:
     analysis = analysis[0] if analysis else None
   flops = (analysis or {}).get('flops')
   return float(flops) if flops and flops > 0 else None
+
+
+def step_flops(traced: jax.stages.Traced,
+               lowered: jax.stages.Lowered | None = None) -> float | None:
+  """XLA's count of a traced step, with every iteration of its scans.
+
+  Args:
+    traced: The step, traced (`jax.jit(fn).trace(...)`).
+    lowered: `traced.lower()`, if already at hand.
+
+  Returns:
+    The count, or None where XLA has none. Call it under the step's mesh
+    (the scans' bodies are lowered on their own).
+  """
+  count = xla_flops(lowered if lowered is not None else traced.lower())
+  if count is None:
+    return None
+  return count + _scan_iterations_flops(traced.jaxpr.jaxpr, {})
+
+
+def _scan_iterations_flops(
+    jaxpr: jax_core.Jaxpr, memo: dict[int, tuple[float, float]]) -> float:
+  """What a count with each scan's body once leaves out of `jaxpr`."""
+  extra = 0.0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'scan':
+      body = eqn.params['jaxpr']
+      key = id(body)
+      if key not in memo:
+        memo[key] = (_body_flops(body),
+                     _scan_iterations_flops(body.jaxpr, memo))
+      once, inner = memo[key]
+      length = eqn.params['length']
+      extra += (length - 1) * once + length * inner
+    else:  # pjit, remat, custom_vjp, while, cond (a branch's, at most).
+      subs = [_scan_iterations_flops(sub, memo)
+              for sub in jax_core.jaxprs_in_params(eqn.params)]
+      extra += max(subs, default=0.0)
+  return extra
+
+
+def _body_flops(body: jax_core.ClosedJaxpr) -> float:
+  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals]
+  lowered = jax.jit(jax_core.jaxpr_as_fun(body)).lower(*specs)
+  return xla_flops(lowered) or 0.0
 
 
 def mfu(flops_per_step: float | None, steps_per_sec: float, num_devices: int,

@@ -39,6 +39,33 @@ class MfuTest(absltest.TestCase):
     self.assertAlmostEqual(mfu.xla_flops(lowered) / whole, 1.0, delta=1e-3)
     self.assertEqual(mfu.xla_flops(lowered.compile()), whole / len(devices))
 
+  def test_step_flops_counts_every_scan_iteration(self):
+    m, k = 16, 32  # [m, k] x [k, k] matmuls: 2 m k k FLOPs each.
+    matmul = 2 * m * k * k
+    x = jnp.ones((m, k))
+
+    def layers(x, w):  # One matmul per layer, in a scan.
+      return jax.lax.scan(lambda h, w: (h @ w, None), x, w)[0]
+
+    def blocks(x, w):  # A scan of 2 blocks, each a scan of 3 layers.
+      return jax.lax.scan(lambda h, w: (layers(h, w), None), x, w)[0]
+
+    for fn, w, matmuls in ((layers, jnp.ones((5, k, k)), 5),
+                           (blocks, jnp.ones((2, 3, k, k)), 6)):
+      traced = jax.jit(fn).trace(x, w)
+      once = mfu.xla_flops(traced.lower())
+      self.assertLess(once, 2 * matmul)  # XLA: each body once.
+      # The loops' counters add a few FLOPs per iteration.
+      self.assertAlmostEqual(mfu.step_flops(traced), matmuls * matmul,
+                             delta=4 * matmuls)
+
+    # Backward: per layer, the forward matmul and two more (for the weight
+    # and for the input), in a second (reversed) scan.
+    loss = lambda w, x: jnp.sum(layers(x, w))
+    traced = jax.jit(jax.grad(loss)).trace(jnp.ones((5, k, k)), x)
+    self.assertAlmostEqual(mfu.step_flops(traced) / (15 * matmul), 1.0,
+                           delta=0.02)
+
   def test_mfu(self):
     # 1e12 FLOPs per step at 100 steps/sec on 2 A100s (312 TFLOP/s each).
     self.assertAlmostEqual(mfu.mfu(1e12, 100.0, 2, 'NVIDIA A100-SXM4-40GB'),

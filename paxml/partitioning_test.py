@@ -19,8 +19,12 @@ from praxis import optimizers
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import schedules
+from praxis.layers import checkpoint_policy
 from praxis.layers import linears
+from praxis.layers import models
 from praxis.layers import normalizations
+from praxis.layers import transformer_models
+from praxis.layers import transformers
 
 NestedMap = py_utils.NestedMap
 P = jax.sharding.PartitionSpec
@@ -299,6 +303,52 @@ class DataParallelTest(absltest.TestCase):
     matmuls = 3 * 2 * 16 * (8 * 16 + 16 * 4)
     self.assertGreater(counts[1], matmuls)
     self.assertAlmostEqual(counts[0] / counts[1], 1.0, delta=0.02)
+
+
+class FlopsTest(absltest.TestCase):
+
+  def test_repeated_layers_count_as_the_same_layers_unrolled(self):
+    # XLA counts a loop's body once; the step's count adds the other
+    # iterations, so a scanned stack counts as the unrolled one.
+    def lm_task(repeated):
+      stack = pax_fiddle.Config(
+          transformers.StackedTransformer, model_dims=16, hidden_dims=32,
+          num_heads=2, num_layers=1 if repeated else 4,
+          mask_self_attention=True)
+      if repeated:
+        stack = pax_fiddle.Config(  # Keeping all: no forward recomputed.
+            transformers.StackedTransformerRepeated, block=stack, x_times=4,
+            checkpoint_policy=checkpoint_policy.AutodiffCheckpointType
+            .SAVE_EVERYTHING)
+      task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')
+      task_p.model = pax_fiddle.Config(
+          models.LanguageModel, name='lm', lm_tpl=pax_fiddle.Config(
+              transformer_models.TransformerLm, model_dims=16, vocab_size=32,
+              stacked_transformer_tpl=stack))
+      task_p.train.learner = pax_fiddle.Config(
+          learners.Learner, loss_name='total_loss',
+          optimizer=pax_fiddle.Config(
+              optimizers.Sgd, lr_schedule=pax_fiddle.Config(
+                  schedules.Constant)))
+      return base_layer.instantiate(task_p)
+
+    ids = np.arange(64, dtype=np.int32).reshape(8, 8) % 32
+    batch = NestedMap(ids=ids, labels=ids, weights=np.ones((8, 8), np.float32),
+                      paddings=np.zeros((8, 8), np.float32))
+    counts = []
+    for repeated in (False, True):
+      task = lm_task(repeated)
+      partitioner = partitioning.PmapPartitioner(False)
+      partitioner.setup(task, jax.random.PRNGKey(0), _spec(batch))
+      step, specs = partitioner.partition(
+          trainer_lib.train_step_single_learner, _spec(batch), False)
+      step(_init(partitioner), jax.random.PRNGKey(0),
+           partitioner.preprocess_inputs(None, batch, specs))
+      counts.append(step.flops)
+    # A layer's matmuls alone: 8 x 8 tokens x (4 projections of 16 x 16 +
+    # 2 of 16 x 32) x 2 FLOPs, x 3 with the backward, x 4 layers.
+    self.assertGreater(counts[0], 4 * 3 * 2 * 64 * (4 * 256 + 2 * 512))
+    self.assertAlmostEqual(counts[1] / counts[0], 1.0, delta=0.05)
 
 
 class LmCloudSpmdMeshTest(absltest.TestCase):
