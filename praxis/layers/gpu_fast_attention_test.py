@@ -102,7 +102,8 @@ class FusedAttentionTest(test_utils.TestCase):
     self.assertAllClose(got, want, atol=1e-5)
 
   @absltest.skipIf(jax.default_backend() != 'gpu',
-                   'cuDNN attention needs a GPU (CI has none).')
+                   'cuDNN attention needs a GPU (CI has none); conftest.py '
+                   'pins the CPU unless JAX_PLATFORMS is set (=cuda).')
   def test_cudnn_bf16_equals_plain_on_gpu(self):
     # Shapes cuDNN's flash attention accepts: head dim 64, sequence 128.
     rng = np.random.default_rng(1)
