@@ -62,7 +62,8 @@ def fused_dot_product_attention(
     allowed: Boolean [1|B, 1|N, 1|T, S], True where attention is allowed.
     bias: [1|B, N, T, S], added to the scaled logits.
     scale: Multiplies the logits q.k.
-    is_causal: Also apply a causal mask.
+    is_causal: Also apply a causal mask (jax's: query i sees keys <= i,
+      counted from the first key, so only right for T == S).
     implementation: 'cudnn', 'xla' or None (`default_implementation`).
 
   Returns:
@@ -76,6 +77,16 @@ def fused_dot_product_attention(
       mask=allowed, scale=scale, is_causal=is_causal, implementation=impl)
 
 
+def _square_causal(is_causal: bool, query: JTensor, key: JTensor) -> bool:
+  """`is_causal` where the queries are the keys' positions (T == S).
+
+  A decoding step's queries are the last positions of a longer cache: the
+  kernel's causal mask would hide it from them; the mask passed in, applied
+  in any case, is what holds there.
+  """
+  return is_causal and query.shape[1] == key.shape[1]
+
+
 def _allowed(atten_mask: JTensor) -> JTensor:
   """Additive mask (0 / large negative) -> boolean, True where allowed."""
   cutoff = py_utils.get_large_negative_number(jnp.float32) * 0.5
@@ -86,8 +97,9 @@ class GpuCudnnFusedDotProductAttention(attentions.DotProductAttention):
   """`DotProductAttention` with a fused (cuDNN on GPU) attention core.
 
   Attributes:
-    is_causal: Also let the kernel apply a causal mask (the mask passed in
-      is applied in any case).
+    is_causal: Also let the kernel apply a causal mask, skipping the blocks
+      above the diagonal (the mask passed in is applied in any case; not in
+      decoding steps).
   """
 
   is_causal: bool = False
@@ -109,7 +121,7 @@ class GpuCudnnFusedDotProductAttention(attentions.DotProductAttention):
       relative_bias = relative_bias * scale  # The plain layer scales it too.
     encoded = fused_dot_product_attention(
         query, key, value, _allowed(atten_mask), bias=relative_bias,
-        scale=scale, is_causal=self.is_causal)
+        scale=scale, is_causal=_square_causal(self.is_causal, query, key))
     return self._shard_blnh(encoded), None
 
 
@@ -156,8 +168,9 @@ class GpuCudnnFusedGroupedQueryAttention(
   """`GroupedQueryAttention` with a fused attention core.
 
   Attributes:
-    is_causal: Also let the kernel apply a causal mask (the mask passed in
-      is applied in any case).
+    is_causal: Also let the kernel apply a causal mask, skipping the blocks
+      above the diagonal (the mask passed in is applied in any case; not in
+      decoding steps).
   """
 
   is_causal: bool = False
@@ -170,7 +183,7 @@ class GpuCudnnFusedGroupedQueryAttention(
     allowed = jnp.logical_not(atten_mask.astype(bool))
     encoded = fused_dot_product_attention(
         q * jnp.asarray(scale, q.dtype), k, v, allowed,
-        is_causal=self.is_causal)
+        is_causal=_square_causal(self.is_causal, q, k))
     btnh = self.activation_split_dims_mapping.btnh
     return self._shard(encoded, btnh), None
 

@@ -60,11 +60,17 @@ class FusedAttentionTest(test_utils.TestCase):
     self.assertIsNone(fused_probs)
     self.assertAllClose(got, want, atol=1e-5)
 
-  def test_decoding_equals_plain(self):
+  @parameterized.parameters(False, True)
+  def test_decoding_equals_plain(self, is_causal):
+    # A decoding step's one query attends to all the cached keys its mask
+    # allows: the kernel's causal mode (square) must not apply there.
     kw = dict(input_dim=8, hidden_dim=8, num_heads=4)
-    _, _, variables, plain, fused = pair(
+    _, _, variables, plain, _ = pair(
         attentions.DotProductAttention, gfa.GpuCudnnFusedDotProductAttention,
         self.x, self.mask, **kw)
+    fused = base_layer.instantiate(pax_fiddle.Config(
+        gfa.GpuCudnnFusedDotProductAttention, name='a', is_causal=is_causal,
+        **kw))
     outs = []
     for layer in (plain, fused):
       _, cache = layer.apply(variables, self.x, self.x, self.x, self.mask,
@@ -100,6 +106,26 @@ class FusedAttentionTest(test_utils.TestCase):
         dim_per_head=2)
     self.assertIsNone(probs)
     self.assertAllClose(got, want, atol=1e-5)
+
+  def test_grouped_query_decoding_with_is_causal_equals_plain(self):
+    bool_mask = self.mask < -1.0
+    kw = dict(input_dim=8, num_heads=4, num_kv_heads=2, dim_per_head=2)
+    _, _, variables, plain, _ = pair(
+        gqa.GroupedQueryAttention, gfa.GpuCudnnFusedGroupedQueryAttention,
+        self.x, bool_mask, **kw)
+    fused = base_layer.instantiate(pax_fiddle.Config(
+        gfa.GpuCudnnFusedGroupedQueryAttention, name='a', is_causal=True,
+        **kw))
+    outs = []
+    for layer in (plain, fused):
+      (full, _), cache = layer.apply(variables, self.x, self.x, self.x,
+                                     bool_mask, mutable=[DECODE_CACHE])
+      state = py_utils.merge_dict(cache, variables)
+      outs.append((full, layer.apply(
+          state, method=layer.extend_step, query_vec=self.x[:, 3],
+          atten_mask=bool_mask[:, :, 3], time_step=3, segment_pos=None)))
+    self.assertAllClose(outs[1][0], outs[0][0], atol=1e-5)  # Whole sequence.
+    self.assertAllClose(outs[1][1], outs[0][1], atol=1e-5)  # One step.
 
   @absltest.skipIf(jax.default_backend() != 'gpu',
                    'cuDNN attention needs a GPU (CI has none); conftest.py '
