@@ -97,7 +97,10 @@ def _scan_iterations_flops(
                      _scan_iterations_flops(body.jaxpr, memo))
       once, inner = memo[key]
       length = eqn.params['length']
-      extra += (length - 1) * once + length * inner
+      # `unroll=k` lowers k bodies a loop iteration and the remainder apart.
+      unroll = max(int(eqn.params.get('unroll', 1)), 1)
+      counted = length if unroll >= length else unroll + length % unroll
+      extra += (length - counted) * once + length * inner
     else:  # pjit, remat, custom_vjp, while, cond (a branch's, at most).
       subs = [_scan_iterations_flops(sub, memo)
               for sub in jax_core.jaxprs_in_params(eqn.params)]

@@ -59,6 +59,13 @@ class MfuTest(absltest.TestCase):
       self.assertAlmostEqual(mfu.step_flops(traced), matmuls * matmul,
                              delta=4 * matmuls)
 
+    # Unrolled by k, the loop holds k bodies (and the remainder's apart).
+    for unroll in (2, 3, 5, True):
+      fn = lambda x, w, u=unroll: jax.lax.scan(
+          lambda h, w: (h @ w, None), x, w, unroll=u)[0]
+      traced = jax.jit(fn).trace(x, jnp.ones((5, k, k)))
+      self.assertAlmostEqual(mfu.step_flops(traced), 5 * matmul, delta=20)
+
     # Backward: per layer, the forward matmul and two more (for the weight
     # and for the input), in a second (reversed) scan.
     loss = lambda w, x: jnp.sum(layers(x, w))
