@@ -80,9 +80,9 @@ def fused_dot_product_attention(
 def _square_causal(is_causal: bool, query: JTensor, key: JTensor) -> bool:
   """`is_causal` where the queries are the keys' positions (T == S).
 
-  A decoding step's queries are the last positions of a longer cache: the
-  kernel's causal mask would hide it from them; the mask passed in, applied
-  in any case, is what holds there.
+  A decoding step's query is the latest position of a longer cache, and the
+  kernel's causal mask (counted from the first key) would hide all but the
+  first key from it; the mask passed in, applied in any case, holds there.
   """
   return is_causal and query.shape[1] == key.shape[1]
 
