@@ -13,7 +13,8 @@ softmax) under `SingleTaskTrainProgram` with Adam, on synthetic tokens held
 in memory, so the input costs nothing. `--fused_attention` swaps in
 `gpu_fast_attention.GpuCudnnFusedDotProductAttention` (cuDNN flash attention
 on GPUs, the plain path elsewhere); `--checkpoint_policy` rematerialises
-each layer with one of Pax's `AutodiffCheckpointType` policies.
+each layer with one of Pax's `AutodiffCheckpointType` policies; `--repeat`
+scans one layer instead of unrolling the stack (much faster to compile).
 
 Model FLOPs per step come from the config, as in the PaLM paper's MFU:
 6 x (non-embedding parameters + the softmax's) x tokens + 12 x layers x
@@ -72,6 +73,10 @@ _CAUSAL = flags.DEFINE_bool(
     'With --fused_attention: also tell the kernel that the mask is causal, '
     'so that it skips the blocks above the diagonal (the mask, which also '
     'holds the paddings, is applied in any case).')
+_REPEAT = flags.DEFINE_bool(
+    'repeat', False,
+    'Scan one layer `layers` times (StackedTransformerRepeated, as Pax\'s '
+    'large LM configs do): the step compiles in about the time of one layer.')
 _POLICY = flags.DEFINE_string(
     'checkpoint_policy', None,
     'Remat policy (an AutodiffCheckpointType name, e.g. '
@@ -110,24 +115,30 @@ def model_flops_per_step(size: Size, batch: int) -> float:
           + attention_flops_per_step(size, batch))
 
 
-def make_task(size: Size, fused: bool, causal: bool,
-              policy: str | None) -> object:
+def make_task(size: Size, fused: bool, causal: bool, policy: str | None,
+              repeat: bool = False) -> object:
+  names = checkpoint_policy.AutodiffCheckpointType.__members__
+  if policy and policy not in names:
+    raise app.UsageError(f'--checkpoint_policy={policy}: expected one of '
+                         f'{", ".join(names)}.')
   lm = pax_fiddle.Config(
       transformer_models.TransformerLm, model_dims=size.dims,
       vocab_size=size.vocab)  # The softmax is also the embedding table.
   stack = pax_fiddle.Config(
-      transformers.StackedTransformer, num_layers=size.layers,
-      model_dims=size.dims, hidden_dims=4 * size.dims, num_heads=size.heads,
+      transformers.StackedTransformer,
+      num_layers=1 if repeat else size.layers, model_dims=size.dims,
+      hidden_dims=4 * size.dims, num_heads=size.heads,
       mask_self_attention=True)
   if fused:
     stack.transformer_layer_params_tpl.tr_atten_tpl = pax_fiddle.Config(
         gpu_fast_attention.GpuCudnnFusedDotProductAttention,
         is_causal=causal)
-  if policy:
-    names = checkpoint_policy.AutodiffCheckpointType.__members__
-    if policy not in names:
-      raise app.UsageError(f'--checkpoint_policy={policy}: expected one of '
-                           f'{", ".join(names)}.')
+  if repeat:  # Its loop body is rematerialised: SAVE_EVERYTHING = no remat.
+    stack = pax_fiddle.Config(
+        transformers.StackedTransformerRepeated, block=stack,
+        x_times=size.layers,
+        checkpoint_policy=names[policy or 'SAVE_EVERYTHING'])
+  elif policy:
     stack.remat = True
     stack.checkpoint_policy = names[policy]
   lm.stacked_transformer_tpl = stack
@@ -165,7 +176,8 @@ def main(argv):
   on_cpu = jax.default_backend() == 'cpu'
   size = SIZES[_SIZE.value or ('tiny' if on_cpu else '1b')]
   batch = _BATCH.value or size.batch
-  task = make_task(size, _FUSED.value, _CAUSAL.value, _POLICY.value)
+  task = make_task(size, _FUSED.value, _CAUSAL.value, _POLICY.value,
+                   _REPEAT.value)
   inp = synthetic_input(size, batch)
   partitioner = partitioning.create_partitioner(task)
   spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
@@ -182,7 +194,8 @@ def main(argv):
   print(f'device: {jax.device_count()} x {device.device_kind}; model: '
         f'{size.layers} layers x {size.dims}, {num_params / 1e6:.1f}M '
         f'parameters, batch {batch} x {size.seq_len} tokens, fused attention '
-        f'{_FUSED.value} (is_causal {_CAUSAL.value}), remat '
+        f'{_FUSED.value} (is_causal {_CAUSAL.value}), '
+        f'{"repeated" if _REPEAT.value else "unrolled"} layers, remat '
         f'{_POLICY.value or "none"}')
   start = time.perf_counter()
   step = 0
