@@ -12,6 +12,8 @@ FLOPs (an H200, 2026-11-27; cause not established). Neither count sees inside
 custom calls (cuDNN fused attention, Pallas kernels), and XLA counts a
 loop's body once: `step_flops` adds the other iterations of each
 `lax.scan` (repeated layers, pipelines), counting the body on its own.
+It is the work the step executes: a pipeline's bubbles and a remat's
+recomputed forward count, which PaLM-style model FLOPs leave out.
 Peaks are dense bf16 matrix-unit figures from the vendors' data sheets, per
 device as JAX sees it (a TPU v4 chip, a GPU).
 """
