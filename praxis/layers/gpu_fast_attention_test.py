@@ -18,10 +18,14 @@ from praxis.layers import multi_query_attention as mqa
 DECODE_CACHE = base_layer.DECODE_CACHE
 
 
-def pair(plain_cls, fused_cls, x, mask, **kw):
-  """(plain output, fused output) with the same variables."""
+def pair(plain_cls, fused_cls, x, mask, fused_kw=None, **kw):
+  """(plain output, fused output) with the same variables.
+
+  `kw` configures both layers, `fused_kw` the fused one only.
+  """
   plain = base_layer.instantiate(pax_fiddle.Config(plain_cls, name='a', **kw))
-  fused = base_layer.instantiate(pax_fiddle.Config(fused_cls, name='a', **kw))
+  fused = base_layer.instantiate(pax_fiddle.Config(
+      fused_cls, name='a', **kw, **(fused_kw or {})))
   variables = plain.init(jax.random.PRNGKey(0), x, x, x, mask)
   return (plain.apply(variables, x, x, x, mask),
           fused.apply(variables, x, x, x, mask), variables, plain, fused)
@@ -47,15 +51,11 @@ class FusedAttentionTest(test_utils.TestCase):
   )
   def test_dot_product_attention_equals_plain(self, **kw):
     extra = {'is_causal': kw.pop('is_causal')} if 'is_causal' in kw else {}
-    (want, probs), (got, fused_probs), variables, _, fused = pair(
-        attentions.DotProductAttention, gfa.GpuCudnnFusedDotProductAttention,
-        self.x, self.mask, input_dim=8, hidden_dim=8, num_heads=4, **kw)
-    if extra:
-      fused = base_layer.instantiate(pax_fiddle.Config(
-          gfa.GpuTritonFusedDotProductAttention, name='a', input_dim=8,
-          hidden_dim=8, num_heads=4, **extra))
-      got, fused_probs = fused.apply(variables, self.x, self.x, self.x,
-                                     self.mask)
+    fused_cls = (gfa.GpuTritonFusedDotProductAttention if extra else
+                 gfa.GpuCudnnFusedDotProductAttention)
+    (want, probs), (got, fused_probs), *_ = pair(
+        attentions.DotProductAttention, fused_cls, self.x, self.mask,
+        fused_kw=extra, input_dim=8, hidden_dim=8, num_heads=4, **kw)
     self.assertIsNotNone(probs)
     self.assertIsNone(fused_probs)
     self.assertAllClose(got, want, atol=1e-5)
@@ -65,12 +65,9 @@ class FusedAttentionTest(test_utils.TestCase):
     # A decoding step's one query attends to all the cached keys its mask
     # allows: the kernel's causal mode (square) must not apply there.
     kw = dict(input_dim=8, hidden_dim=8, num_heads=4)
-    _, _, variables, plain, _ = pair(
+    _, _, variables, plain, fused = pair(
         attentions.DotProductAttention, gfa.GpuCudnnFusedDotProductAttention,
-        self.x, self.mask, **kw)
-    fused = base_layer.instantiate(pax_fiddle.Config(
-        gfa.GpuCudnnFusedDotProductAttention, name='a', is_causal=is_causal,
-        **kw))
+        self.x, self.mask, fused_kw=dict(is_causal=is_causal), **kw)
     outs = []
     for layer in (plain, fused):
       _, cache = layer.apply(variables, self.x, self.x, self.x, self.mask,
@@ -110,12 +107,9 @@ class FusedAttentionTest(test_utils.TestCase):
   def test_grouped_query_decoding_with_is_causal_equals_plain(self):
     bool_mask = self.mask < -1.0
     kw = dict(input_dim=8, num_heads=4, num_kv_heads=2, dim_per_head=2)
-    _, _, variables, plain, _ = pair(
+    _, _, variables, plain, fused = pair(
         gqa.GroupedQueryAttention, gfa.GpuCudnnFusedGroupedQueryAttention,
-        self.x, bool_mask, **kw)
-    fused = base_layer.instantiate(pax_fiddle.Config(
-        gfa.GpuCudnnFusedGroupedQueryAttention, name='a', is_causal=True,
-        **kw))
+        self.x, bool_mask, fused_kw=dict(is_causal=True), **kw)
     outs = []
     for layer in (plain, fused):
       (full, _), cache = layer.apply(variables, self.x, self.x, self.x,
@@ -143,13 +137,10 @@ class FusedAttentionTest(test_utils.TestCase):
     self.assertEqual(gfa.default_implementation(jnp.bfloat16), 'cudnn')
     for is_causal in (False, True):  # The kernel's causal mode, mask kept.
       with self.subTest(is_causal=is_causal):
-        (want, _), _, variables, *_ = pair(
+        (want, _), (got, _), *_ = pair(
             attentions.DotProductAttention,
-            gfa.GpuCudnnFusedDotProductAttention, x, mask, **kw)
-        fused = base_layer.instantiate(pax_fiddle.Config(
-            gfa.GpuCudnnFusedDotProductAttention, name='a',
-            is_causal=is_causal, **kw))
-        got, _ = fused.apply(variables, x, x, x, mask)
+            gfa.GpuCudnnFusedDotProductAttention, x, mask,
+            fused_kw=dict(is_causal=is_causal), **kw)
         self.assertAllClose(np.asarray(got, np.float32)[:, :100],
                             np.asarray(want, np.float32)[:, :100],
                             atol=3e-2, rtol=3e-2)
