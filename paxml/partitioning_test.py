@@ -109,6 +109,15 @@ def _init(partitioner):
       jax.random.PRNGKey(0), None, None)[1]
 
 
+def _first_step_flops(partitioner, batch):
+  """The train step's FLOP count (`CompiledStep.flops`) after one step."""
+  step, specs = partitioner.partition(trainer_lib.train_step_single_learner,
+                                      _spec(batch), False)
+  step(_init(partitioner), jax.random.PRNGKey(0),
+       partitioner.preprocess_inputs(None, batch, specs))
+  return step.flops
+
+
 def _train(task, devices, steps, host_batches=False):
   partitioner = _partitioner(task, devices)
   state = _init(partitioner)
@@ -289,15 +298,8 @@ class DataParallelTest(absltest.TestCase):
     # MFU divides the step's FLOPs by the peak of all the devices, so the
     # count must be of the whole step, not of one device's share of it.
     task = _task(None)
-    counts = []
-    for devices in (None, np.array(jax.devices()[:1])):  # 8 devices, then 1.
-      partitioner = _partitioner(task, devices)
-      step, specs = partitioner.partition(
-          trainer_lib.train_step_single_learner, _spec(next(_batches(1))),
-          False)
-      step(_init(partitioner), jax.random.PRNGKey(0),
-           partitioner.preprocess_inputs(None, next(_batches(1)), specs))
-      counts.append(step.flops)
+    counts = [_first_step_flops(_partitioner(task, devices), next(_batches(1)))
+              for devices in (None, np.array(jax.devices()[:1]))]  # 8, 1.
     # Forward: [16, 8] x [8, 16] and [16, 16] x [16, 4]; the backward's two
     # products per matmul (weights, inputs) double it.
     matmuls = 3 * 2 * 16 * (8 * 16 + 16 * 4)
@@ -340,11 +342,7 @@ class FlopsTest(absltest.TestCase):
       task = lm_task(repeated)
       partitioner = partitioning.PmapPartitioner(False)
       partitioner.setup(task, jax.random.PRNGKey(0), _spec(batch))
-      step, specs = partitioner.partition(
-          trainer_lib.train_step_single_learner, _spec(batch), False)
-      step(_init(partitioner), jax.random.PRNGKey(0),
-           partitioner.preprocess_inputs(None, batch, specs))
-      counts.append(step.flops)
+      counts.append(_first_step_flops(partitioner, batch))
     # A layer's matmuls alone: 8 x 8 tokens x (4 projections of 16 x 16 +
     # 2 of 16 x 32) x 2 FLOPs, x 3 with the backward, x 4 layers.
     self.assertGreater(counts[0], 4 * 3 * 2 * 64 * (4 * 256 + 2 * 512))
