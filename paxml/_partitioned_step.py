@@ -112,8 +112,11 @@ class CompiledStep:
         future.set_exception(e)
 
     self._ahead[signature] = future
-    # A daemon: an error before the first step must not wait for XLA.
-    threading.Thread(target=work, name='compile_ahead', daemon=True).start()
+    # Not a daemon: a process that ends (e.g. on an error) while XLA
+    # compiles waits for it, then exits with its own status; a daemon
+    # thread returning from XLA during the interpreter's shutdown aborts
+    # the process instead (exit status 134, "terminate called ...").
+    threading.Thread(target=work, name='compile_ahead').start()
 
   def _trace(self, signature: Any, state: Any, prng_key: jax.Array,
              inputs: Any) -> jax.stages.Traced:

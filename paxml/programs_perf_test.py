@@ -1,6 +1,8 @@
 """Tests of the train program's lean steps and summary accumulation."""
 
+import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import threading
@@ -121,6 +123,29 @@ class CompileAheadTest(absltest.TestCase):
     np.testing.assert_allclose(losses, _RECORDED, rtol=1e-6)
     l2 = np.asarray(state.mdl_vars['params']['l2']['w'], np.float64)
     np.testing.assert_allclose(l2.sum(), _RECORDED_L2_SUM, rtol=1e-5)
+
+  def test_exit_while_compiling_ahead_keeps_the_exit_status(self):
+    # The process ends (as on an error before the first step) while XLA
+    # compiles on the other thread: it waits for it and exits with status 3
+    # (a daemon thread made it abort at exit, status 134).
+    script = (
+        'import jax, jax.numpy as jnp\n'
+        'from paxml import _partitioned_step\n'
+        'def fn(state, key, inputs):\n'
+        '  for i in range(200):\n'
+        '    inputs = jnp.sin(inputs) @ state + i\n'
+        '  return inputs\n'
+        'mesh = jax.sharding.Mesh(jax.devices()[:1], ("x",))\n'
+        'step = _partitioned_step.CompiledStep(\n'
+        '    lambda inputs, static_args, f=None: jax.jit(f or fn), mesh,\n'
+        '    lambda inputs: None)\n'
+        'x = jax.ShapeDtypeStruct((64, 64), jnp.float32)\n'
+        'step.compile_ahead(x, x, x)\n'
+        'raise SystemExit(3)\n')
+    proc = subprocess.run([sys.executable, '-c', script], check=False,
+                          capture_output=True, text=True,
+                          env=dict(os.environ, JAX_PLATFORMS='cpu'))
+    self.assertEqual(proc.returncode, 3, proc.stderr[-2000:])
 
   def _compile_ahead(self, inp):
     task = partitioning_test._task(None)
