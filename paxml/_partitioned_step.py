@@ -32,8 +32,9 @@ class CompiledStep:
   variant names) are kept; eval and decode steps keep none.
 
   `compile_ahead` compiles for a signature on a background thread (XLA
-  releases the GIL), e.g. while the state is being initialised or restored;
-  the first call of that signature waits for it.
+  releases the GIL), e.g. while the state is being initialised or restored,
+  or a variant needed later while the first steps run; the first call of
+  that signature waits for it.
 
   Attributes:
     flops: XLA's FLOP count of one call of the first executable, on all
@@ -61,6 +62,10 @@ class CompiledStep:
     self._ahead: dict[Any, concurrent.futures.Future[Any]] = {}
     self._first: tuple[jax.stages.Traced, jax.stages.Lowered] | None = None
     self._flops: float | None = None
+    # Held while tracing a shared trace: a variant compiled ahead on another
+    # thread waits for the trace its base is making instead of tracing the
+    # model a second time.
+    self._trace_lock = threading.Lock()
 
   @property
   def flops(self) -> float | None:
@@ -120,11 +125,12 @@ class CompiledStep:
 
   def _trace(self, signature: Any, state: Any, prng_key: jax.Array,
              inputs: Any) -> jax.stages.Traced:
-    traced = self._traces.get(signature)
-    if traced is None:
-      traced = self._jit_for(inputs, signature[-1]).trace(
-          state, prng_key, inputs)
-      self._traces[signature] = traced
+    with self._trace_lock:
+      traced = self._traces.get(signature)
+      if traced is None:
+        traced = self._jit_for(inputs, signature[-1]).trace(
+            state, prng_key, inputs)
+        self._traces[signature] = traced
     return traced
 
   def _trace_for(self, signature: Any, state: Any, prng_key: jax.Array,

@@ -10,6 +10,7 @@ import threading
 from absl.testing import absltest
 import jax
 import numpy as np
+from paxml import _partitioned_step
 from paxml import base_metrics
 from paxml import executors
 from paxml import partitioning_test
@@ -123,6 +124,39 @@ class CompileAheadTest(absltest.TestCase):
     np.testing.assert_allclose(losses, _RECORDED, rtol=1e-6)
     l2 = np.asarray(state.mdl_vars['params']['l2']['w'], np.float64)
     np.testing.assert_allclose(l2.sum(), _RECORDED_L2_SUM, rtol=1e-5)
+
+  def _compiles(self, **kwargs):
+    """(losses, [(thread, with_summaries) of each step compiled])."""
+    compiles = []
+    real_compile = _partitioned_step.CompiledStep._compile
+
+    def recording_compile(step, signature, *args):
+      compiles.append((threading.current_thread().name,
+                       signature[-1].with_summaries))
+      return real_compile(step, signature, *args)
+
+    _partitioned_step.CompiledStep._compile = recording_compile
+    try:
+      losses, _ = record_train_losses.run(steps=7, **kwargs)
+    finally:
+      _partitioned_step.CompiledStep._compile = real_compile
+    return losses, compiles
+
+  def test_variant_of_later_steps_compiled_beside_the_first(self):
+    # Summaries every 3 steps: the first step runs the lean variant, the
+    # third the full one, compiled on another thread since the first step.
+    for ahead, first_thread in ((True, 'compile_ahead'),
+                                (False, 'MainThread')):
+      losses, compiles = self._compiles(summary_interval_steps=3,
+                                        compile_ahead=ahead)
+      self.assertCountEqual(compiles, [(first_thread, False),
+                                       ('compile_ahead', True)])
+      np.testing.assert_allclose(losses, _RECORDED, rtol=1e-6)
+
+  def test_no_variant_compiled_that_no_step_runs(self):
+    # A summary at every step: the lean variant is never needed.
+    _, compiles = self._compiles(summary_interval_steps=1, compile_ahead=True)
+    self.assertEqual(compiles, [('compile_ahead', True)])
 
   def test_exit_while_compiling_ahead_keeps_the_exit_status(self):
     # The process ends (as on an error before the first step) while XLA
