@@ -30,12 +30,11 @@ from absl import logging
 import jax
 from jax.experimental import profiler as jax_exp_profiler
 
-# The seeds' PGLE recipe: the latency-hiding scheduler with async collectives.
-PGLE_XLA_FLAGS = (
-    '--xla_gpu_enable_latency_hiding_scheduler=true',
-    '--xla_gpu_enable_async_all_gather=true',
-    '--xla_gpu_enable_async_reduce_scatter=true',
-)
+# The latency-hiding scheduler, which reads the profile. The seeds' recipe
+# also turned on async all-gathers and reduce-scatters: XLA now runs
+# collectives asynchronously by default and has removed those flags, so jax
+# >= 0.10 stops at start-up on them ("Unknown flags in XLA_FLAGS").
+PGLE_XLA_FLAGS = ('--xla_gpu_enable_latency_hiding_scheduler=true',)
 
 
 def pgle_xla_flags(profile_path: os.PathLike[str] | str) -> str:
