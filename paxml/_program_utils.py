@@ -22,6 +22,7 @@ from paxml import base_metrics
 from paxml import io_utils
 from paxml import summary_utils
 from praxis import base_hyperparams
+from praxis import base_input
 
 
 def get_summary_base_dir(job_log_dir: Any) -> epath.Path:
@@ -352,6 +353,27 @@ def new_metrics(task: Any) -> Any:
   if task.metrics is None:
     return base_metrics.MeanMetrics()
   return base_hyperparams.instantiate(task.metrics)
+
+
+def abstract_like(tree: Any) -> Any:
+  """`jax.ShapeDtypeStruct`s (with shardings) of a tree's arrays: what a
+  step compiled on another thread is traced from, while the arrays
+  themselves may be donated to the next step."""
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                     sharding=getattr(x, 'sharding', None)),
+      tree)
+
+
+def peek_for_compile(inp: Any) -> Any:
+  """The input's next batch, kept for its next `get_next_padded`, or None.
+
+  None where the input's `get_next_padded` is its own (a peek might not be
+  given back) or it has no batch left.
+  """
+  if type(inp).get_next_padded is not base_input.BaseInput.get_next_padded:
+    return None
+  return inp.peek_padded()
 
 
 def eval_batches(inp: Any) -> Iterator[Any]:

@@ -112,6 +112,34 @@ class SingleTaskDecodeProgram(programs.Program):
   def decode_input_partition_spec(self, inputs: Any) -> Any:
     return self._get_step(inputs)[1]
 
+  def compile_ahead(self, state: Any) -> None:
+    """Starts compiling the decode step on another thread.
+
+    Called by the executor after the first train step of a run that will
+    decode, for the input's next batch (peeked; padded as `run` pads it),
+    so that the first decode does not compile while training waits.
+    Nothing happens where the batch cannot be peeked
+    (`_program_utils.peek_for_compile`) or the partitioner's step cannot
+    compile ahead.
+
+    Args:
+      state: The train state (only its shapes and shardings are used).
+    """
+    batch = _program_utils.peek_for_compile(self._input)
+    if batch is None:
+      return
+    batch, _ = self._pad(batch)
+    step_fn, specs = self._get_step(batch)
+    compile_ahead = getattr(step_fn, 'compile_ahead', None)
+    if compile_ahead is None:
+      return
+    inputs = self._partitioner.preprocess_inputs(self._input, batch, specs)
+    eval_state = programs.get_eval_train_state(
+        self._task, state, self._task.train.decode_use_ema_states)
+    compile_ahead(_program_utils.abstract_like(eval_state),
+                  _program_utils.BatchKeys(self._prng_key)(0),
+                  trees.get_shape_dtype(inputs))
+
   def _get_step(self, inputs: Any) -> tuple[Any, Any]:
     if self._step_fn is None:
       self._step_fn, self._input_specs = self._partitioner.partition(

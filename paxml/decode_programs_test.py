@@ -12,6 +12,7 @@ import numpy as np
 from paxml import decode_programs
 from paxml import io_utils
 from paxml import partitioning
+from paxml import programs_perf_test
 from paxml import tasks_lib
 from praxis import base_hyperparams
 from praxis import base_input
@@ -104,6 +105,23 @@ class DecodeProgramTest(absltest.TestCase):
       # Padded rows have weight 0: the metric is the mean of the real rows.
       self.assertAlmostEqual(out.decode_metrics['x_mean'], x.mean(),
                              places=4)
+
+  def test_compiled_ahead_for_the_padded_first_batch(self):
+    # Batches of 6 rows, padded to the 8 devices: the step compiled ahead
+    # (another thread) is the one the run calls; the records are unchanged.
+    task, partitioner, state, input_p, x = _setup(
+        WeightedDoubler, _UnpaddedInput, 21, 6)
+    program = decode_programs.SingleTaskDecodeProgram(input_p)
+    program.setup(task, partitioner, pathlib.Path(tempfile.mkdtemp()),
+                  jax.random.PRNGKey(1), enable_summary_writer=False)
+    with programs_perf_test.recorded_compiles() as compiles:
+      program.compile_ahead(state)
+      out = program.run(state, 1)
+    program.shutdown()
+    self.assertEqual([thread for thread, _ in compiles], ['compile_ahead'])
+    self.assertEqual(out.num_decode_steps, 4)
+    got = dict(out.records)
+    np.testing.assert_allclose([got[i] for i in range(21)], 2 * x)
 
   def test_outputs_and_metrics_match_numpy(self):
     task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')

@@ -222,6 +222,24 @@ class DefaultExecutor(base_executor.BaseExecutor):
       return
     self._checkpointer.save(step, state, self._input_state, force=force)
 
+  def _compile_programs_ahead(self, state: Any) -> None:
+    """After the run's first step: the eval and decode programs that this
+    run will run (their interval is set: they run at the last step at
+    least) start compiling their steps on other threads, beside training,
+    instead of when they first run while training waits."""
+    train_p = self._task.train
+    last = self._train_program.num_train_steps
+    programs = []
+    if train_p.eval_interval_steps:
+      programs += self._eval_programs
+    if (train_p.decode_interval_steps and
+        last >= (train_p.decode_start_after_n_steps or 0)):
+      programs += self._decode_programs
+    for program in programs:
+      compile_ahead = getattr(program, 'compile_ahead', None)
+      if compile_ahead is not None:
+        compile_ahead(state)
+
   def _due(self, interval: int | None, step: int, start: int = 0) -> bool:
     last = step == self._train_program.num_train_steps
     return bool(interval) and step >= start and (step % interval == 0 or last)
@@ -271,6 +289,8 @@ class DefaultExecutor(base_executor.BaseExecutor):
       self._guard.record(step, out.loss)
       state = out.state
       step += 1
+      if step == self.start_step + 1:
+        self._compile_programs_ahead(state)
       evals, decodes = [], []
       if self._due(train_p.eval_interval_steps, step):
         evals = [(p, p.run(state, step)) for p in self._eval_programs]

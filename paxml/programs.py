@@ -406,14 +406,14 @@ class BaseTrainProgram(Program):
     inputs = self._partitioner.preprocess_inputs(
         self._train_input, batch, self.train_input_partition_spec(batch))
     write, accumulate = self._kept_outputs(step)
-    if step == self._initial_step:
-      self._compile_later_variant(state, inputs, step, write or accumulate)
     self._in_flight.make_room()
     new_step, state, outputs = self.train_step(
         step, state, self._train_prng_seed, inputs,
         self._static_args[write or accumulate])
     self._in_flight.add(outputs.loss)
     if step == self._initial_step:
+      # Once the first step's own executable is ready (it is dispatched).
+      self._compile_later_variant(state, inputs, step, write or accumulate)
       self.first_result_callback_fn(True)
     if accumulate:
       self._accumulator.add(new_step, outputs)
@@ -432,9 +432,10 @@ class BaseTrainProgram(Program):
 
   def _compile_later_variant(self, state: Any, inputs: Any, step: int,
                              full: bool) -> None:
-    """At the first step (`full`: its variant keeps all outputs): starts
-    compiling the other variant, if a later step of this run needs it, on
-    another thread while the first steps run. The default does nothing."""
+    """Once the first step is dispatched (`full`: its variant keeps all
+    outputs; `state`: the state it returns): starts compiling the other
+    variant, if a later step of this run needs it, on another thread while
+    the next steps run. The default does nothing."""
     del state, inputs, step, full
 
   def _runs_variant_after(self, full: bool, step: int) -> bool:
@@ -580,11 +581,12 @@ class SingleTaskTrainProgram(BaseTrainProgram):
     """Compiles the variant a later step needs ahead (`CompiledStep`s only).
 
     The lean and full variants share one trace; the second is compiled from
-    it on another thread, beside the first step (or its compilation), instead
-    of at the first step that runs it (the first summary step), where the
-    run would wait for XLA: 3.1 s at step 10 of a 10-step run of the
-    reference's TinyLm on a 2-core CPU. A run whose steps all run one
-    variant (e.g. a single step) compiles only that one.
+    it on another thread once the first step is dispatched (its own
+    executable compiled), beside the next steps, instead of at the first
+    step that runs it (the first summary step), where the run would wait
+    for XLA: 3.1 s at step 10 of a 10-step run of the reference's TinyLm on
+    a 2-core CPU. A run whose steps all run one variant (e.g. a single
+    step) compiles only that one.
     """
     if not self._runs_variant_after(not full, step):
       return
@@ -592,13 +594,7 @@ class SingleTaskTrainProgram(BaseTrainProgram):
     compile_ahead = getattr(step_fn, 'compile_ahead', None)
     if compile_ahead is None:
       return
-    # Shapes and shardings only: the first step donates the state's arrays
-    # while the other thread traces.
-    abstract_state = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                       sharding=getattr(x, 'sharding', None)),
-        state)
-    compile_ahead(abstract_state, self._train_prng_seed,
+    compile_ahead(_program_utils.abstract_like(state), self._train_prng_seed,
                   trees.get_shape_dtype(inputs), self._static_args[not full])
 
   def train_step(self, step: int, state: Any, prng_key: jax.Array,
@@ -693,9 +689,7 @@ class BaseEvalProgram(Program):
     """
     eval_state = get_eval_train_state(self._task, state,
                                       self._task.train.eval_use_ema_states)
-    static_args = BaseStepFnStaticArgs(
-        unpadded_global_batch_size=self._input.get_global_batch_size(
-            self._input))
+    static_args = self._static_args()
     in_flight = _program_utils.InFlight(self._task.train.max_inflight_steps)
     loss_key = self._task.learners[0].loss_name
     # The default metrics (weighted means) are summed on the devices; a
@@ -730,6 +724,24 @@ class BaseEvalProgram(Program):
         state, eval_metrics={'loss': loss, **{k: v for k, (v, _) in
                                                final.items()}},
         num_eval_steps=len(results))
+
+  def _static_args(self) -> BaseStepFnStaticArgs:
+    return BaseStepFnStaticArgs(
+        unpadded_global_batch_size=self._input.get_global_batch_size(
+            self._input))
+
+  def compile_ahead(self, state: Any) -> None:
+    """Starts compiling the eval step on another thread (see subclasses).
+
+    The executor calls it after the first train step of a run that will
+    evaluate, so that the first eval waits, if at all, for a compilation
+    already under way instead of compiling while training waits. The
+    default does nothing.
+
+    Args:
+      state: The train state (only its shapes and shardings are used).
+    """
+    del state
 
   def _host_metrics(self, results: list[Any], loss_key: str
                     ) -> tuple[float, dict[str, tuple[float, float]]]:
@@ -793,3 +805,24 @@ class SingleTaskEvalProgram(BaseEvalProgram):
 
   def eval_input_partition_spec(self, inputs: Any) -> Any:
     return self._get_eval_step(inputs)[1]
+
+  def compile_ahead(self, state: Any) -> None:
+    """Compiles the step for the input's next batch (peeked) ahead.
+
+    Nothing happens where the batch cannot be peeked
+    (`_program_utils.peek_for_compile`) or the partitioner's step cannot
+    compile ahead.
+    """
+    batch = _program_utils.peek_for_compile(self._input)
+    if batch is None:
+      return
+    step_fn, specs = self._get_eval_step(batch)
+    compile_ahead = getattr(step_fn, 'compile_ahead', None)
+    if compile_ahead is None:
+      return
+    inputs = self._partitioner.preprocess_inputs(self._input, batch, specs)
+    eval_state = get_eval_train_state(self._task, state,
+                                      self._task.train.eval_use_ema_states)
+    compile_ahead(_program_utils.abstract_like(eval_state),
+                  _program_utils.BatchKeys(self._eval_prng_seed)(0),
+                  trees.get_shape_dtype(inputs), self._static_args())

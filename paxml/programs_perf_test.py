@@ -1,5 +1,6 @@
 """Tests of the train program's lean steps and summary accumulation."""
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -15,6 +16,8 @@ from paxml import base_metrics
 from paxml import executors
 from paxml import partitioning_test
 from paxml import programs
+from paxml import train
+from paxml.tasks.test import regression
 from praxis import base_input
 from praxis import pax_fiddle
 
@@ -28,6 +31,23 @@ _RECORDED = [float.fromhex(x) for x in (
     '0x1.0164200000000p+0', '0x1.3891d00000000p+0', '0x1.0aee960000000p+0',
     '0x1.2d796c0000000p+0')]
 _RECORDED_L2_SUM = 0.1357973219419364
+
+
+@contextlib.contextmanager
+def recorded_compiles():
+  """Yields the (thread name, static args) of each step compiled inside."""
+  compiles = []
+  real_compile = _partitioned_step.CompiledStep._compile
+
+  def recording_compile(step, signature, *args):
+    compiles.append((threading.current_thread().name, signature[-1]))
+    return real_compile(step, signature, *args)
+
+  _partitioned_step.CompiledStep._compile = recording_compile
+  try:
+    yield compiles
+  finally:
+    _partitioned_step.CompiledStep._compile = real_compile
 
 
 class _Writer:
@@ -127,20 +147,10 @@ class CompileAheadTest(absltest.TestCase):
 
   def _compiles(self, **kwargs):
     """(losses, [(thread, with_summaries) of each step compiled])."""
-    compiles = []
-    real_compile = _partitioned_step.CompiledStep._compile
-
-    def recording_compile(step, signature, *args):
-      compiles.append((threading.current_thread().name,
-                       signature[-1].with_summaries))
-      return real_compile(step, signature, *args)
-
-    _partitioned_step.CompiledStep._compile = recording_compile
-    try:
+    with recorded_compiles() as compiles:
       losses, _ = record_train_losses.run(steps=7, **kwargs)
-    finally:
-      _partitioned_step.CompiledStep._compile = real_compile
-    return losses, compiles
+    return losses, [(thread, static_args.with_summaries)
+                    for thread, static_args in compiles]
 
   def test_variant_of_later_steps_compiled_beside_the_first(self):
     # Summaries every 3 steps: the first step runs the lean variant, the
@@ -157,6 +167,27 @@ class CompileAheadTest(absltest.TestCase):
     # A summary at every step: the lean variant is never needed.
     _, compiles = self._compiles(summary_interval_steps=1, compile_ahead=True)
     self.assertEqual(compiles, [('compile_ahead', True)])
+
+  def test_eval_and_decode_steps_compiled_beside_training(self):
+
+    class EvalAndDecode(regression.RegressionExperiment):
+      NUM_TRAIN_STEPS = 4
+
+      def task(self):
+        task_p = super().task()
+        task_p.train.eval_interval_steps = 2
+        task_p.train.decode_interval_steps = 2
+        task_p.train.eval_skip_train = True
+        return task_p
+
+    with recorded_compiles() as compiles:
+      train.train_and_evaluate(
+          EvalAndDecode(), pathlib.Path(tempfile.mkdtemp()),
+          eval_on_test=True, run_decode=True, enable_checkpoint_saving=False)
+    # The train step's two variants, the eval step and the decode step: none
+    # compiled on the main thread, where training would have waited.
+    self.assertLen(compiles, 4)
+    self.assertEqual({thread for thread, _ in compiles}, {'compile_ahead'})
 
   def test_exit_while_compiling_ahead_keeps_the_exit_status(self):
     # The process ends (as on an error before the first step) while XLA

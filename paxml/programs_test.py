@@ -16,6 +16,7 @@ from paxml import _program_utils
 from paxml import mfu
 from paxml import partitioning_test
 from paxml import programs
+from paxml import programs_perf_test
 from paxml import tasks_lib
 from praxis import base_input
 from praxis import pax_fiddle
@@ -84,7 +85,8 @@ class TrainProgramTest(absltest.TestCase):
 
 class EvalProgramTest(absltest.TestCase):
 
-  def test_eval_loss_is_the_numpy_mse_over_the_input(self):
+  def _eval(self, compile_ahead):
+    """(the eval's output, the state, the numpy MSE, threads compiling)."""
     task = partitioning_test._task(None)
     partitioner, state, _ = _setup_train(task, _input(is_training=True))
     eval_p = pax_fiddle.Config(
@@ -93,16 +95,30 @@ class EvalProgramTest(absltest.TestCase):
     program = programs.SingleTaskEvalProgram(eval_p)
     program.setup(task, partitioner, tempfile.mkdtemp(),
                   jax.random.PRNGKey(1), enable_summary_writer=False)
-    out = program.run(state, 0)
+    with programs_perf_test.recorded_compiles() as compiles:
+      if compile_ahead:
+        program.compile_ahead(state)
+      out = program.run(state, 0)
     program.shutdown()
-    self.assertIs(out.state, state)
-    self.assertEqual(out.num_eval_steps, 8)
     # Eval mode: BatchNorm uses its initial moving stats (0 mean, 1 var).
     p = jax.tree.map(np.asarray, state.mdl_vars['params'])
     data = eval_p.data
     h = np.maximum(data['inputs'] / np.sqrt(1 + 1e-3) @ p['l1']['w'], 0)
     mse = np.mean((h @ p['l2']['w'] - data['targets']) ** 2)
+    return out, state, mse, [thread for thread, _ in compiles]
+
+  def test_eval_loss_is_the_numpy_mse_over_the_input(self):
+    out, state, mse, threads = self._eval(compile_ahead=False)
+    self.assertIs(out.state, state)
+    self.assertEqual(out.num_eval_steps, 8)
     np.testing.assert_allclose(out.eval_metrics['loss'], mse, rtol=1e-4)
+    self.assertEqual(threads, ['MainThread'])
+
+  def test_compiled_ahead_on_another_thread_same_loss(self):
+    out, _, mse, threads = self._eval(compile_ahead=True)
+    self.assertEqual(out.num_eval_steps, 8)  # The peeked batch counted once.
+    np.testing.assert_allclose(out.eval_metrics['loss'], mse, rtol=1e-4)
+    self.assertEqual(threads, ['compile_ahead'])
 
   def test_get_eval_train_state_drops_opt_states_and_checks_ema(self):
     task = partitioning_test._task(None)
