@@ -586,16 +586,28 @@ class SingleTaskTrainProgram(BaseTrainProgram):
     step that runs it (the first summary step), where the run would wait
     for XLA: 3.1 s at step 10 of a 10-step run of the reference's TinyLm on
     a 2-core CPU. A run whose steps all run one variant (e.g. a single
-    step) compiles only that one.
+    step) compiles only that one. The step of the eval on training batches
+    (`eval_interval_steps`, unless `eval_skip_train`) is compiled ahead
+    too, when the run evaluates.
     """
-    if not self._runs_variant_after(not full, step):
-      return
-    step_fn, _ = self._get_train_step(inputs)
-    compile_ahead = getattr(step_fn, 'compile_ahead', None)
-    if compile_ahead is None:
-      return
-    compile_ahead(_program_utils.abstract_like(state), self._train_prng_seed,
-                  trees.get_shape_dtype(inputs), self._static_args[not full])
+    shapes = trees.get_shape_dtype(inputs)
+    if self._runs_variant_after(not full, step):
+      step_fn, _ = self._get_train_step(inputs)
+      if hasattr(step_fn, 'compile_ahead'):
+        step_fn.compile_ahead(_program_utils.abstract_like(state),
+                              self._train_prng_seed, shapes,
+                              self._static_args[not full])
+    # The eval on training batches, likewise, if it runs in this run.
+    end = min(self.num_train_steps, step + _VARIANT_LOOKAHEAD) + 1
+    if any(self._should_eval_train(s) for s in range(step + 1, end)):
+      eval_fn = self._get_eval_train_step(inputs)
+      if hasattr(eval_fn, 'compile_ahead'):
+        eval_state = get_eval_train_state(
+            self._task, state, self._task.train.eval_use_ema_states)
+        eval_fn.compile_ahead(
+            _program_utils.abstract_like(eval_state),
+            _program_utils.abstract_like(self._eval_prng_seed), shapes,
+            self._static_args[True])
 
   def train_step(self, step: int, state: Any, prng_key: jax.Array,
                  inputs: Any, static_args: BaseStepFnStaticArgs
@@ -605,13 +617,17 @@ class SingleTaskTrainProgram(BaseTrainProgram):
     state, outputs = step_fn(state, prng_key, inputs, static_args)
     return step + 1, state, outputs
 
-  def eval_train_step(self, state: Any, prng_key: jax.Array, inputs: Any,
-                      static_args: BaseStepFnStaticArgs) -> StepFnOutput:
+  def _get_eval_train_step(self, inputs: Any) -> Any:
     if self._eval_train_step_fn is None:
       self._eval_train_step_fn, _ = self._partitioner.partition(
           trainer_lib.eval_step_single_learner,
           trees.get_shape_dtype(inputs), is_eval=True)
-    return self._eval_train_step_fn(state, prng_key, inputs, static_args)[1]
+    return self._eval_train_step_fn
+
+  def eval_train_step(self, state: Any, prng_key: jax.Array, inputs: Any,
+                      static_args: BaseStepFnStaticArgs) -> StepFnOutput:
+    return self._get_eval_train_step(inputs)(state, prng_key, inputs,
+                                             static_args)[1]
 
   def train_input_partition_spec(self, inputs: Any) -> Any:
     return self._get_train_step(inputs)[1]

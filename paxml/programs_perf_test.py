@@ -177,16 +177,16 @@ class CompileAheadTest(absltest.TestCase):
         task_p = super().task()
         task_p.train.eval_interval_steps = 2
         task_p.train.decode_interval_steps = 2
-        task_p.train.eval_skip_train = True
         return task_p
 
     with recorded_compiles() as compiles:
       train.train_and_evaluate(
           EvalAndDecode(), pathlib.Path(tempfile.mkdtemp()),
           eval_on_test=True, run_decode=True, enable_checkpoint_saving=False)
-    # The train step's two variants, the eval step and the decode step: none
-    # compiled on the main thread, where training would have waited.
-    self.assertLen(compiles, 4)
+    # The train step's two variants, the eval on training batches, the eval
+    # and the decode steps: none compiled on the main thread, where training
+    # would have waited.
+    self.assertLen(compiles, 5)
     self.assertEqual({thread for thread, _ in compiles}, {'compile_ahead'})
 
   def test_exit_while_compiling_ahead_keeps_the_exit_status(self):
