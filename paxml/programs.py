@@ -438,12 +438,12 @@ class BaseTrainProgram(Program):
     the next steps run. The default does nothing."""
     del state, inputs, step, full
 
-  def _runs_variant_after(self, full: bool, step: int) -> bool:
+  def _any_later_step(self, step: int, ends_at: Callable[[int], bool]
+                      ) -> bool:
     """Whether one of the `_VARIANT_LOOKAHEAD` steps after `step` (up to
-    the last) runs the full variant (`full`) or the lean one."""
-    end = min(self.num_train_steps, step + 1 + _VARIANT_LOOKAHEAD)
-    return any(any(self._kept_outputs(s)) == full
-               for s in range(step + 1, end))
+    the last) satisfies `ends_at(the step count once it is done)`."""
+    last = min(self.num_train_steps, step + 1 + _VARIANT_LOOKAHEAD)
+    return any(ends_at(done) for done in range(step + 2, last + 1))
 
   @abc.abstractmethod
   def train_step(self, step: int, state: Any, prng_key: jax.Array,
@@ -591,15 +591,15 @@ class SingleTaskTrainProgram(BaseTrainProgram):
     too, when the run evaluates.
     """
     shapes = trees.get_shape_dtype(inputs)
-    if self._runs_variant_after(not full, step):
+    if self._any_later_step(
+        step, lambda done: any(self._kept_outputs(done - 1)) != full):
       step_fn, _ = self._get_train_step(inputs)
       if hasattr(step_fn, 'compile_ahead'):
         step_fn.compile_ahead(_program_utils.abstract_like(state),
                               self._train_prng_seed, shapes,
                               self._static_args[not full])
-    # The eval on training batches, likewise, if it runs in this run.
-    end = min(self.num_train_steps, step + _VARIANT_LOOKAHEAD) + 1
-    if any(self._should_eval_train(s) for s in range(step + 1, end)):
+    # The eval on training batches, likewise, if a later step runs it.
+    if self._any_later_step(step, self._should_eval_train):
       eval_fn = self._get_eval_train_step(inputs)
       if hasattr(eval_fn, 'compile_ahead'):
         eval_state = get_eval_train_state(
