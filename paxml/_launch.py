@@ -150,5 +150,7 @@ def host_malloc_note(environ: Mapping[str, str] = os.environ) -> str | None:
 def console_main() -> None:
   """The `paxml` console command: `python -m paxml.main`'s twin."""
   restart_with_huge_pages()
+  from paxml import _startup_gc  # pylint: disable=g-import-not-at-top
+  _startup_gc.relax()  # Until the first step is dispatched.
   from paxml import main  # pylint: disable=g-import-not-at-top
   main.main()

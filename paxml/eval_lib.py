@@ -12,6 +12,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from absl import logging
 import jax
+from paxml import _startup_gc
 from paxml import checkpoints
 from paxml import decode_programs as decode_programs_lib
 from paxml import executors
@@ -142,6 +143,7 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
         p for p in progs
         if isinstance(p, decode_programs_lib.SingleTaskDecodeProgram)],
                         train_state=state, step=step)
+    _startup_gc.settle()  # The command's set-up is over (no-op after).
     done = step
     wait_start, last_wait_log = time.monotonic(), None
     if once or options.restore_checkpoint_step or (

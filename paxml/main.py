@@ -23,7 +23,8 @@ value or path stops the run before anything is written, with one line
 the traceback); libraries' INFO logs are hidden unless `--library_logs`.
 On Linux the command first restarts itself once with glibc's huge-page
 malloc tunable, which makes CPU steps faster (`paxml/_launch.py`;
-`GLIBC_TUNABLES=glibc.malloc.hugetlb=0` keeps glibc's default).
+`GLIBC_TUNABLES=glibc.malloc.hugetlb=0` keeps glibc's default), and it
+collects garbage less until the first step (`paxml/_startup_gc.py`).
 This is the only module that reads flags.
 """
 
@@ -39,6 +40,9 @@ if __name__ == '__main__':
   from paxml import _launch  # pylint: disable=g-import-not-at-top
   if _launch.started_as('paxml.main', __file__):
     _launch.restart_with_huge_pages()
+  # Fewer garbage collections until the first step (paxml/_startup_gc.py).
+  from paxml import _startup_gc  # pylint: disable=g-import-not-at-top
+  _startup_gc.relax()
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import _program_utils
+from paxml import _startup_gc
 from paxml import io_utils
 from paxml import mfu
 from paxml import profiling
@@ -415,6 +416,7 @@ class BaseTrainProgram(Program):
       # Once the first step's own executable is ready (it is dispatched).
       self._compile_later_variant(state, inputs, step, write or accumulate)
       self.first_result_callback_fn(True)
+      _startup_gc.settle()  # The command's set-up is over.
     if accumulate:
       self._accumulator.add(new_step, outputs)
     steps_per_sec = None

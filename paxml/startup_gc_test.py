@@ -1,0 +1,115 @@
+"""Tests of the command's garbage-collector settings during set-up."""
+
+import gc
+
+from absl.testing import absltest
+from paxml import _startup_gc
+from paxml import partitioning_test
+from paxml import programs_test
+
+
+def _generations_collected(make_objects) -> list[int]:
+  """The generations the collector visited while `make_objects()` ran."""
+  seen = []
+
+  def callback(phase, info):
+    if phase == 'start':
+      seen.append(info['generation'])
+
+  gc.callbacks.append(callback)
+  try:
+    kept = make_objects()
+  finally:
+    gc.callbacks.remove(callback)
+  del kept
+  return seen
+
+
+def _many_live_containers():
+  # Each list is tracked by the collector and stays alive: the kind of
+  # heap growth set-up makes.
+  return [[i] for i in range(300_000)]
+
+
+class StartupGcTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self._thresholds = gc.get_threshold()
+    self._frozen = gc.get_freeze_count()
+    self.assertFalse(_startup_gc.relaxed())
+
+  def tearDown(self):
+    if _startup_gc.relaxed():
+      _startup_gc.settle()
+    gc.unfreeze()
+    gc.set_threshold(*self._thresholds)
+    super().tearDown()
+
+  def test_settle_without_relax_changes_nothing(self):
+    gc.set_threshold(900, 11, 12)
+    _startup_gc.settle()
+    self.assertEqual(gc.get_threshold(), (900, 11, 12))
+    self.assertEqual(gc.get_freeze_count(), self._frozen)
+
+  def test_relaxed_collects_young_objects_only_and_less_often(self):
+    defaults = _generations_collected(_many_live_containers)
+    # The reference: CPython's own settings visit older generations too.
+    self.assertTrue(any(g >= 1 for g in defaults), defaults)
+    _startup_gc.relax()
+    relaxed = _generations_collected(_many_live_containers)
+    self.assertTrue(relaxed)  # The young generation is still collected,
+    self.assertEqual(set(relaxed), {0})  # only it,
+    self.assertLess(len(relaxed), len(defaults))  # less often:
+    self.assertLessEqual(len(relaxed),
+                         300_000 // _startup_gc.YOUNG_THRESHOLD + 1)
+
+  def test_relaxed_still_frees_young_garbage_cycles(self):
+    _startup_gc.relax()
+    gc.collect()
+
+    class Node:
+      pass
+
+    def cycles():
+      for _ in range(3 * _startup_gc.YOUNG_THRESHOLD):
+        node = Node()
+        node.me = node
+    freed = []
+    gc.callbacks.append(
+        lambda phase, info: freed.append(info['collected'])
+        if phase == 'stop' else None)
+    try:
+      cycles()
+    finally:
+      gc.callbacks.pop()
+    self.assertGreater(sum(freed), _startup_gc.YOUNG_THRESHOLD)
+
+  def test_settle_freezes_set_up_and_restores_the_thresholds(self):
+    gc.set_threshold(900, 11, 12)
+    _startup_gc.relax()
+    _startup_gc.relax()  # Twice: the first thresholds are still restored.
+    self.assertEqual(gc.get_threshold()[0], _startup_gc.YOUNG_THRESHOLD)
+    kept = _many_live_containers()
+    _startup_gc.settle()
+    self.assertFalse(_startup_gc.relaxed())
+    self.assertEqual(gc.get_threshold(), (900, 11, 12))
+    self.assertGreaterEqual(gc.get_freeze_count() - self._frozen, len(kept))
+    _startup_gc.settle()  # Once only.
+    self.assertEqual(gc.get_threshold(), (900, 11, 12))
+
+  def test_train_program_settles_once_its_first_step_is_dispatched(self):
+    task = partitioning_test._task(
+        None, train_fields=dict(summary_interval_steps=2, num_train_steps=2))
+    _, state, program = programs_test._setup_train(
+        task, programs_test._input(is_training=True))
+    _startup_gc.relax()
+    state = program.run(state, 0).state
+    self.assertFalse(_startup_gc.relaxed())
+    self.assertGreater(gc.get_freeze_count(), self._frozen)
+    program.run(state, 1)
+    program.shutdown()
+
+
+if __name__ == '__main__':
+  absltest.main()
