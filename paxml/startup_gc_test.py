@@ -1,6 +1,7 @@
 """Tests of the command's garbage-collector settings during set-up."""
 
 import gc
+import weakref
 
 from absl.testing import absltest
 from paxml import _startup_gc
@@ -97,6 +98,22 @@ class StartupGcTest(absltest.TestCase):
     self.assertGreaterEqual(gc.get_freeze_count() - self._frozen, len(kept))
     _startup_gc.settle()  # Once only.
     self.assertEqual(gc.get_threshold(), (900, 11, 12))
+
+  def test_settle_frees_older_garbage_cycles_before_freezing(self):
+    _startup_gc.relax()
+
+    class Node:
+      pass
+
+    node = Node()
+    node.me = node
+    alive = weakref.ref(node)
+    gc.collect(0)  # It outlives a young collection: now in an older one.
+    del node  # Garbage, in a cycle.
+    _many_live_containers()  # Young collections only, while relaxed.
+    self.assertIsNotNone(alive())
+    _startup_gc.settle()
+    self.assertIsNone(alive())  # Collected, not frozen.
 
   def test_train_program_settles_once_its_first_step_is_dispatched(self):
     task = partitioning_test._task(
