@@ -181,6 +181,10 @@ class TrainRunTest(absltest.TestCase):
         tool_attached=False) is not None
     self.assertEqual('glibc malloc: glibc.malloc.hugetlb=1' in resumed.stderr,
                      wants_restart)
+    # The command collected garbage less until its first step's dispatch
+    # (paxml/_startup_gc.py), then logged how long set-up took.
+    self.assertRegex(resumed.stderr, r'Set-up took [0-9.]+ s \(command '
+                     r'start to the first step dispatched\)')
     losses = _scalars(job_dir / 'summaries' / 'train', 'loss')
     reference = _scalars(self.job_dir / 'summaries' / 'train', 'loss')
     self.assertEqual(sorted(losses), list(range(1, 41)))
