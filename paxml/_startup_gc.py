@@ -45,9 +45,10 @@ def relax() -> None:
   gc.set_threshold(YOUNG_THRESHOLD, _NEVER, _NEVER)
 
 
-def settle() -> None:
-  """Freezes what set-up made and brings the collector's thresholds back;
-  does nothing unless `relax` ran (or after the first call)."""
+def settle(until: str = 'the first step dispatched') -> None:
+  """Collects once in full, freezes what is left and brings the collector's
+  thresholds back; does nothing unless `relax` ran (or after the first
+  call). `until` says, in the log, where set-up ended."""
   global _saved_thresholds
   if _saved_thresholds is None:
     return
@@ -58,9 +59,9 @@ def settle() -> None:
   gc.set_threshold(*_saved_thresholds)
   _saved_thresholds = None
   logging.info(
-      'Set-up took %.2f s (command start to the first step dispatched); '
-      'then one full garbage collection (%.2f s), %d objects frozen.',
-      start - _relaxed_at, time.monotonic() - start, gc.get_freeze_count())
+      'Set-up took %.2f s (command start to %s); then one full garbage '
+      'collection (%.2f s), %d objects frozen.', start - _relaxed_at, until,
+      time.monotonic() - start, gc.get_freeze_count())
 
 
 def relaxed() -> bool:

@@ -143,7 +143,7 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
         p for p in progs
         if isinstance(p, decode_programs_lib.SingleTaskDecodeProgram)],
                         train_state=state, step=step)
-    _startup_gc.settle()  # The command's set-up is over (no-op after).
+    _startup_gc.settle('the first pass done')  # No-op after the first.
     done = step
     wait_start, last_wait_log = time.monotonic(), None
     if once or options.restore_checkpoint_step or (

@@ -124,9 +124,12 @@ class TrainRunTest(absltest.TestCase):
 
   def test_decode_once_job_on_the_trained_checkpoints(self):
     out_dir = pathlib.Path(tempfile.mkdtemp())
-    _run_main(f'--exp={_EXP}', f'--job_log_dir={out_dir}', '--mode=decode_once',
-              f'--restore_checkpoint_dir={self.job_dir / "checkpoints"}',
-              '--nodecode_output_pickle')
+    result = _run_main(
+        f'--exp={_EXP}', f'--job_log_dir={out_dir}', '--mode=decode_once',
+        f'--restore_checkpoint_dir={self.job_dir / "checkpoints"}',
+        '--nodecode_output_pickle')
+    # A decode job's set-up ends with its first pass (paxml/_startup_gc.py).
+    self.assertIn('(command start to the first pass done)', result.stderr)
     name = pathlib.Path('decoder_out', 'decode', 'decoder_out_40_shard_0.jsonl')
     once = [json.loads(x) for x in (out_dir / name).read_text().splitlines()]
     during_train = [json.loads(x)
