@@ -20,7 +20,8 @@ which freezing would otherwise keep for good.
 
 `settle()` does nothing unless `relax()` ran, so a program of the user's that
 uses the library (a notebook, a test) keeps its own collector settings. It
-logs how long set-up took, from `relax()` to the first step's dispatch.
+logs how long set-up took, from `relax()` to its own call (the first
+step's dispatch; in an eval or decode job, the end of its first pass).
 `relax()` uses only the standard library (it runs before the imports).
 """
 
