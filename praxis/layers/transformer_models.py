@@ -46,6 +46,7 @@ import dataclasses
 import enum
 from typing import Any
 
+from absl import logging
 import fiddle as fdl
 import jax
 from jax import numpy as jnp
@@ -315,6 +316,11 @@ def _default_segments(paddings: JTensor, segment_ids, segment_pos, where):
 
 _NGRAMMER_STATES = ('ngrammer_prefix', 'ngrammer_prefix_emb',
                     'ngrammer_prefix_segment_pos')
+
+
+# (layer, side) pairs already warned that their post-attention n-grammers
+# do nothing (setup runs at every init and apply).
+_WARNED_IGNORED_NGRAMMERS = set()
 
 
 def _check_no_ngrammer(where: str, *tpls: Any) -> None:
@@ -747,22 +753,30 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
   """A Transformer encoder-decoder sharing one softmax/embedding table.
 
   Children: `position_emb` (or `encoder_position_emb` and
-  `decoder_position_emb`), `encoder`, `encoder_embedding_lookup`,
-  `encoder_ln`, `decoder`, `decoder_embedding_lookup`, `decoder_ln`,
-  `softmax`.
+  `decoder_position_emb`), `encoder_ngrammer`, `encoder`,
+  `encoder_embedding_lookup`, `encoder_ln`, `decoder_ngrammer`, `decoder`,
+  `decoder_embedding_lookup`, `decoder_ln`, `softmax`.
+
+  An n-grammer of a side (`encoder_ngrammer_tpl`, `decoder_ngrammer_tpl`: a
+  layer of `praxis.layers.ngrammer`) transforms that side's token embeddings
+  before the position embeddings are added. It keeps no decode state: as in
+  Pax, `extend_step` gets the previous target ids with the current one
+  ([B, P], the last is decoded) when the decoder's n-grams should see them.
 
   Attributes:
     position_emb_tpl: Position embedding shared by both sides.
     encoder_position_emb_tpl: Encoder position embedding (instead).
     encoder_stacked_transformer_tpl: The encoder stack (not causal).
-    encoder_ngrammer_tpl: Not supported (must be None).
-    encoder_post_attention_ngrammer_tpls: Not supported (must be None).
+    encoder_ngrammer_tpl: An n-grammer of the source embeddings.
+    encoder_post_attention_ngrammer_tpls: One template a layer of the
+      encoder; ignored, as in Pax 1.4 (a warning says so).
     encoder_embedding_tpl: Separate source embedding table.
     decoder_position_emb_tpl: Decoder position embedding (instead).
     decoder_stacked_transformer_tpl: The decoder stack (causal, with cross
       attention).
-    decoder_ngrammer_tpl: Not supported (must be None).
-    decoder_post_attention_ngrammer_tpls: Not supported (must be None).
+    decoder_ngrammer_tpl: An n-grammer of the target embeddings.
+    decoder_post_attention_ngrammer_tpls: One template a layer of the
+      decoder; ignored, as in Pax 1.4 (a warning says so).
     decoder_embedding_tpl: Separate target embedding table.
     model_dims: D.
     softmax_tpl: The softmax (also the embedding table by default).
@@ -827,6 +841,9 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
       emb_p = getattr(model_p, f'{side}_embedding_tpl')
       if emb_p is not None:
         set_embedding_softmax_sharding(emb_p, **mesh, **emb)
+      ngrammer_p = getattr(model_p, f'{side}_ngrammer_tpl')
+      if ngrammer_p is not None:
+        ngrammer_p.weight_split_dims_mapping.wt = s['w_vd']
     _set_trainable_pos_emb_sharding(model_p.position_emb_tpl, s['w_df'], None)
     return model_p
 
@@ -858,6 +875,7 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
     if bool(block.mask_self_attention) != causal:
       raise ValueError(f'{self._where}: the {side} stack must have '
                        f'mask_self_attention={causal}.')
+    self._check_post_attention_ngrammers(side, block.num_layers)
     if not causal:
       layers = block.transformer_layer_params_tpl
       for layer_p in layers if isinstance(layers, (list, tuple)) else [layers]:
@@ -870,27 +888,57 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
     ln_p = getattr(self, f'{side}_ln_tpl').clone()
     self.create_child(f'{side}_ln', ln_p.set(dim=self.model_dims))
 
+  def _check_post_attention_ngrammers(self, side: str, num_layers: int
+                                      ) -> None:
+    """Checks `<side>_post_attention_ngrammer_tpls`, which do nothing.
+
+    Pax 1.4's TransformerEncoderDecoder sets them on its stack's template
+    after it has built the stack from a copy, so they never reach the
+    layers: the same config here builds the same variables and outputs.
+    """
+    tpls = getattr(self, f'{side}_post_attention_ngrammer_tpls')
+    if tpls is None:
+      return
+    if len(tpls) != num_layers:
+      raise ValueError(
+          f'{self._where}: {side}_post_attention_ngrammer_tpls has '
+          f'{len(tpls)} entries; the {side} stack has {num_layers} layers.')
+    if (self._where, side) not in _WARNED_IGNORED_NGRAMMERS:  # Once each.
+      _WARNED_IGNORED_NGRAMMERS.add((self._where, side))
+      logging.warning(
+          '%s: %s_post_attention_ngrammer_tpls has no effect (as in Pax '
+          '1.4, whose encoder-decoder builds its stacks without them).',
+          self._where, side)
+
   def setup(self) -> None:
     if self.model_dims <= 0:
       raise ValueError(f'{self._where}: model_dims must be positive.')
-    _check_no_ngrammer(self._where, self.encoder_ngrammer_tpl,
-                       self.decoder_ngrammer_tpl,
-                       self.encoder_post_attention_ngrammer_tpls,
-                       self.decoder_post_attention_ngrammer_tpls)
     self._create_position_embs()
+    for side in ('encoder', 'decoder'):
+      ngrammer_tpl = getattr(self, f'{side}_ngrammer_tpl')
+      if ngrammer_tpl is not None:
+        self.create_child(f'{side}_ngrammer', ngrammer_tpl.clone())
     self._create_stack('encoder', causal=False)
     self._create_stack('decoder', causal=True)
     self.create_child('softmax', self.softmax_tpl.clone().set(
         input_dims=self.model_dims))
 
-  def _embed(self, side: str, ids: JTensor, position: JTensor) -> JTensor:
-    """Embeddings plus position embeddings of ids [B, T]."""
+  def _embed(self, side: str, ids: JTensor, position: JTensor,
+             paddings: JTensor | None = None,
+             ngram_pos: JTensor | None = None) -> JTensor:
+    """Embeddings of ids [B, T], through the side's n-grammer (given
+    `paddings` and `ngram_pos`, its segment positions), plus the position
+    embeddings at `position` [B, T]."""
     if side == 'encoder' and self.encoder_embedding_tpl is not None:
       x = self.encoder_embedding_lookup.emb_lookup(ids)
     elif self.decoder_embedding_tpl is not None:
       x = self.decoder_embedding_lookup.emb_lookup(ids)
     else:
       x = self.softmax.emb_lookup(ids)
+    if getattr(self, f'{side}_ngrammer_tpl') is not None:
+      x = getattr(self, f'{side}_ngrammer')(
+          input_ids=ids, input_embs=x, paddings=paddings,
+          segment_pos=ngram_pos)
     if self.position_emb_tpl is not None:
       x = x + self.position_emb(position=position)
     elif getattr(self, f'{side}_position_emb_tpl') is not None:
@@ -908,7 +956,7 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
     """The encoder's output [B, S, D] for source ids [B, S]."""
     seg_ids, seg_pos = _default_segments(input_paddings, input_segment_ids,
                                          input_segment_pos, self._where)
-    x = self._embed('encoder', inputs, seg_pos)
+    x = self._embed('encoder', inputs, seg_pos, input_paddings, seg_pos)
     if input_segment_mask is None:
       input_segment_mask = attentions.segment_mask(seg_ids, dtype=x.dtype)
     x = self.encoder(x, input_paddings, segment_mask=input_segment_mask,
@@ -964,7 +1012,9 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
                           input_segment_pos, input_segment_mask)
     tgt_ids, tgt_pos = _default_segments(
         target_paddings, target_segment_ids, target_segment_pos, self._where)
-    x = self._embed('decoder', targets, tgt_pos)
+    # The n-grammer gets the segment positions as given (as in Pax).
+    x = self._embed('decoder', targets, tgt_pos, target_paddings,
+                    target_segment_pos)
     if cross_segment_mask is None:
       cross_segment_mask = attentions.segment_mask(tgt_ids, src_ids, x.dtype)
     if target_segment_mask is None:
@@ -981,14 +1031,22 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
   def extend_step(self, targets: JTensor) -> NestedMap:
     """Decodes one target position from ids [B] (or the last of [B, P]).
 
+    Args:
+      targets: [B] ids, or [B, P]: the current ids last, after the previous
+        ones that the decoder's n-grammer pairs them with (only the last
+        are decoded).
+
     Returns:
       NestedMap(logits, log_probs, probs), each [B, V].
     """
-    if targets.ndim == 2:
-      targets = targets[:, -1]
+    if targets.ndim == 1:
+      targets = targets[:, None]
+    if self.decoder_ngrammer_tpl is None:
+      targets = targets[:, -1:]
     time_step = self.get_decode_state('time_step')
-    position = jnp.full(targets.shape + (1,), time_step)
-    x = self._embed('decoder', targets[:, None], position)[:, 0]
+    # Positions only for the position embeddings: the n-grammer gets none.
+    position = jnp.full(targets.shape, time_step)
+    x = self._embed('decoder', targets, position)[:, -1]
     x = self.decoder.extend_step(
         x, time_step=time_step,
         cross_paddings=self.get_decode_state('input_paddings'))

@@ -15,6 +15,7 @@ from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import test_utils
 from praxis.layers import embedding_softmax
+from praxis.layers import ngrammer
 from praxis.layers import transformer_models
 from praxis.layers import transformers
 
@@ -330,6 +331,36 @@ class EncoderDecoderTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'decoder_stacked_transformer_tpl'):
       jax.eval_shape(instantiate(p).init, jax.random.PRNGKey(0), ids, pads,
                      ids, pads)
+
+  def test_post_attention_ngrammers_are_ignored_as_in_pax(self):
+    # Pax 1.4 sets them on the stack's template after building the stack
+    # from a copy: same variables and logits as without them, and a warning.
+    src = jnp.asarray(self.rng.integers(0, VOCAB, (B, 5)), jnp.int32)
+    tgt = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    args = (src, jnp.zeros((B, 5)), tgt, jnp.zeros((B, T)))
+    plain = instantiate(enc_dec_config())
+    variables = random_variables(self.rng, plain, *args)
+    p = enc_dec_config().set(name='ignoring')  # Its own warnings.
+    ngram_p = pax_fiddle.Config(
+        ngrammer.VQNgrammer, ngram_vocab_size=8, ngram_emb_dim=2,
+        num_heads=HEADS, dim_per_head=D // HEADS, num_clusters=2)
+    p.encoder_post_attention_ngrammer_tpls = [ngram_p]
+    p.decoder_post_attention_ngrammer_tpls = [ngram_p]
+    ignoring = instantiate(p)
+    with self.assertLogs(level='WARNING') as logs:
+      shapes = jax.eval_shape(ignoring.init, jax.random.PRNGKey(0), *args)
+    self.assertEqual(
+        jax.tree.map(lambda v: v.shape, shapes),
+        jax.tree.map(lambda v: v.shape, dict(variables)))
+    self.assertLen([m for m in logs.output
+                    if 'post_attention_ngrammer_tpls has no effect' in m], 2)
+    self.assertAllClose(ignoring.apply(variables, *args).logits,
+                        plain.apply(variables, *args).logits)
+    p.decoder_post_attention_ngrammer_tpls = [ngram_p, ngram_p]
+    with self.assertRaisesRegex(
+        ValueError, 'decoder_post_attention_ngrammer_tpls has 2 entries; '
+        'the decoder stack has 1 layers'):
+      jax.eval_shape(instantiate(p).init, jax.random.PRNGKey(0), *args)
 
 
 if __name__ == '__main__':

@@ -182,6 +182,18 @@ def _encdec():
   return p
 
 
+def _encdec_ngrammer():
+  """_encdec with a VQ n-grammer on the source, a hashed one on the target."""
+  p = _encdec()
+  p.encoder_ngrammer_tpl = Config(
+      ngrammer.VQNgrammer, ngram_vocab_size=8, ngram_emb_dim=2, num_heads=2,
+      dim_per_head=D // 2, num_clusters=2, concat_ngrams=True)
+  p.decoder_ngrammer_tpl = Config(
+      ngrammer.Ngrammer, ngram_vocab_size=16, unigram_vocab_size=V,
+      ngram_emb_dim=2, num_heads=2, dim_per_head=D // 2, concat_ngrams=True)
+  return p
+
+
 NORM_POLICIES = ('pre', 'primer_hybrid', 'post', 'post_skip')
 
 # name -> (config builder, runner name)
@@ -300,6 +312,9 @@ CASES = {
                        activation_type=bregman.ActivationType.LEAKY_RELU,
                        negative_slope=0.1, start_step=0, end_step=10,
                        constant_lr_schedule=True), 'heads'),
+    # transformer_models_encoder_decoder_test's n-grammers (last: the cases
+    # before it keep their recorded noise)
+    'encoder_decoder_ngrammer': (_encdec_ngrammer, 'encdec_ngram_extend'),
 }
 
 
@@ -386,7 +401,7 @@ def _call(layer, kind, a):
       kw['segment_pos'] = np.tile(np.arange(T, dtype=np.int32), (B, 1))
       kw['causal_attention_mask'] = a['prefix_mask']
     return (a['ids'], a['paddings']), kw
-  if kind == 'encdec_extend':
+  if kind in ('encdec_extend', 'encdec_ngram_extend'):
     labels = py_utils.NestedMap(
         class_ids=a['labels'],
         class_weights=np.ones((B, T), np.float32))
@@ -482,7 +497,7 @@ def _extend(layer, variables, cache, args, kw, kind):
   """Outputs of extend_step at each time step, stacked on axis 1."""
 
   def step(merged, x_t, mask_t, t):
-    if kind in ('lm_extend', 'encdec_extend'):
+    if kind in ('lm_extend', 'encdec_extend', 'encdec_ngram_extend'):
       res, new_cache = layer.apply(merged, x_t, method=layer.extend_step,
                                    mutable=[DECODE_CACHE])
       return res.logits, new_cache
@@ -495,15 +510,21 @@ def _extend(layer, variables, cache, args, kw, kind):
         merged, x_t, time_step=t, cross_paddings=kw.get('cross_paddings'),
         method=layer.extend_step, mutable=[DECODE_CACHE])
 
-  step = _jit(step)
-  ids = args[2] if kind == 'encdec_extend' else args[0]
+  # One compilation per shape of x_t: the n-gram runner passes the previous
+  # target ids with the current one ([B, 2]) after the first step ([B, 1]).
+  compiled = {}
+  ids = args[2] if kind.startswith('encdec') else args[0]
   steps = []
   for t in range(T):
     mask_t = None
     if kind == 'xformer_extend':
       mask_t = kw['attention_mask'][:, :, t, :]
-    res, cache = step(py_utils.merge_dict(cache, variables), ids[:, t],
-                      mask_t, jnp.asarray(t, jnp.int32))
+    x_t = ids[:, t]
+    if kind == 'encdec_ngram_extend':
+      x_t = ids[:, max(t - 1, 0):t + 1]
+    run_step = compiled.setdefault(x_t.shape, _jit(step))
+    res, cache = run_step(py_utils.merge_dict(cache, variables), x_t,
+                          mask_t, jnp.asarray(t, jnp.int32))
     steps.append(res)
   return jnp.stack(steps, axis=1)
 
