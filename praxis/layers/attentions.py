@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+import fiddle as fdl
 import jax
 from jax import numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
@@ -528,7 +529,10 @@ class DotProductAttention(base_layer.BaseLayer):
       to the activation dtype.
     relative_bias_tpl: Template of an optional RelativeBias.
     attention_extra_logit: If set, an extra softmax logit of this value.
-    ngrammer_tpl: Not supported; must be None.
+    ngrammer_tpl: A post-attention n-grammer (VQNgrammer) of the attention's
+      output heads [B, T, N, H], before the output projection (cached as
+      `encoded_pre_ngrammer` for extend_step). Only in the layers that use
+      DotProductAttention's own forward pass and extend_step.
     decode_cache: Whether the forward pass fills the decoder cache.
     attention_mask_summary: Record the attention mask as a summary.
     zero_fully_masked: Output zeros for queries that see no key.
@@ -654,7 +658,17 @@ class DotProductAttention(base_layer.BaseLayer):
           ' and no dconv_qkv.'
       )
     if self.ngrammer_tpl is not None:
-      raise ValueError(f'{where}: ngrammer_tpl is not supported.')
+      cls = type(self)
+      if (cls.__call__ is not DotProductAttention.__call__
+          or cls.extend_step is not DotProductAttention.extend_step):
+        raise ValueError(f'{where}: ngrammer_tpl is not supported by '
+                         f'{cls.__name__}.')
+      if not hasattr(fdl.get_callable(self.ngrammer_tpl),
+                     'ngram_using_attention_scores'):
+        raise ValueError(
+            f'{where}: ngrammer_tpl must be an n-grammer of embeddings '
+            'without ids (a VQNgrammer), got '
+            f'{fdl.get_callable(self.ngrammer_tpl).__name__}.')
 
   def _proj_config(
       self, input_dim: int, num_heads: int, std: float | None
@@ -728,6 +742,8 @@ class DotProductAttention(base_layer.BaseLayer):
     if self.internal_enable_query_scale and self.internal_enable_per_dim_scale:
       p = self.per_dim_scale_tpl.clone().set(dim=h)
       self.create_child('per_dim_scale', p)
+    if self.ngrammer_tpl is not None:
+      self.create_child('ngrammer', self.ngrammer_tpl.clone())
 
   def setup(self) -> None:
     self._check_config()
@@ -913,8 +929,17 @@ class DotProductAttention(base_layer.BaseLayer):
     encoded, probs = self._attend(
         query, key, value, atten_mask, relative_bias, dropout=True
     )
+    if self.ngrammer_tpl is not None:
+      self._fprop_update_decode_state('encoded_pre_ngrammer', encoded)
+      encoded = self.ngrammer(
+          input_ids=None, input_embs=encoded, segment_pos=key_segment_pos,
+          merge_heads=False, attention_scores=self._ngram_scores(probs))
     return _attention_math.output_projection(
         self.post, encoded, self._shard_blnh, self._shard_bld), probs
+
+  def _ngram_scores(self, probs: JTensor) -> JTensor | None:
+    """The attention probabilities, if the n-grammer pairs tokens by them."""
+    return probs if self.ngrammer.ngram_using_attention_scores else None
 
   # -- Decoding ---------------------------------------------------------------
 
@@ -963,6 +988,8 @@ class DotProductAttention(base_layer.BaseLayer):
       shapes['key_post_dconv'] = shapes['value_post_dconv'] = kv_shape
     if self.use_rotary_position_emb:
       shapes[self._rotary_key_name()] = kv_shape
+    if self.ngrammer_tpl is not None:
+      shapes['encoded_pre_ngrammer'] = [b, t, self.num_heads, h]
     for name, shape in shapes.items():
       self.update_decode_state(name, jnp.zeros(shape, self.fprop_dtype))
 
@@ -1010,6 +1037,18 @@ class DotProductAttention(base_layer.BaseLayer):
       relative_bias: JTensor | None,
   ) -> JTensor:
     """Attention of one query step [B, N, H] over the cache; [B, N, H]."""
+    return self._one_step_attention_and_probs(
+        query, key_name, value_name, atten_mask, relative_bias)[0]
+
+  def _one_step_attention_and_probs(
+      self,
+      query: JTensor,
+      key_name: str,
+      value_name: str,
+      atten_mask: JTensor,
+      relative_bias: JTensor | None,
+  ) -> tuple[JTensor, JTensor]:
+    """`_one_step_attention` and its probabilities [B, N, S]."""
     key = self.get_decode_state(key_name)
     value = self.get_decode_state(value_name)
     q_b, k_b = query.shape[0], key.shape[0]
@@ -1027,7 +1066,7 @@ class DotProductAttention(base_layer.BaseLayer):
     if atten_mask.ndim != 3 or atten_mask.shape[-1] != key.shape[1]:
       raise ValueError(f'{_where(self)}: extend_step atten_mask '
                        f'{atten_mask.shape} must be [1|B, 1, {key.shape[1]}].')
-    encoded, _ = self._attend(
+    encoded, probs = self._attend(
         self._shard_bnh(query)[:, None],
         key,
         value,
@@ -1035,7 +1074,9 @@ class DotProductAttention(base_layer.BaseLayer):
         relative_bias,
         dropout=False,
     )
-    return self._shard_bnh(encoded[:, 0])
+    # A fused attention computes no probabilities.
+    return self._shard_bnh(encoded[:, 0]), (
+        None if probs is None else probs[:, :, 0])
 
   def extend_step(
       self,
@@ -1091,9 +1132,15 @@ class DotProductAttention(base_layer.BaseLayer):
       relative_bias = self.relative_bias.extend_step(
           seq_length=self.decoding_state_sequence_length(), time_step=time_step
       )
-    encoded = self._one_step_attention(
+    encoded, probs = self._one_step_attention_and_probs(
         query, key_name, value_name, atten_mask, relative_bias
     )
+    if self.ngrammer_tpl is not None:
+      encoded = self.ngrammer.extend_step(
+          self.extend_decode_state('encoded_pre_ngrammer', encoded,
+                                   time_step, 1),
+          step=time_step, merge_heads=False,
+          attention_score=self._ngram_scores(probs))
     encoded = self.post.extend_step(encoded, time_step=time_step)
     return self._shard_bd(encoded)
 

@@ -323,13 +323,6 @@ _NGRAMMER_STATES = ('ngrammer_prefix', 'ngrammer_prefix_emb',
 _WARNED_IGNORED_NGRAMMERS = set()
 
 
-def _check_no_ngrammer(where: str, *tpls: Any) -> None:
-  for tpl in tpls:
-    if tpl is not None and (not isinstance(tpl, (list, tuple))
-                            or any(t is not None for t in tpl)):
-      raise ValueError(f'{where}: ngrammer layers are not supported.')
-
-
 def _set_stack_dims(stack_p: LayerTpl, model_dims: int, packed: bool,
                     where: str) -> LayerTpl:
   """Sets model_dims/packed_input of the stack's block; returns the block."""
@@ -506,7 +499,6 @@ class TransformerLm(base_layer.BaseLayer):
       if getattr(self, name) <= 0:
         raise ValueError(f'{where}: {name} must be positive, got '
                          f'{getattr(self, name)}.')
-    _check_no_ngrammer(where, self.post_attention_ngrammer_tpls)
     model_type = LanguageModelType(self.model_type)
     if self.ngrammer_tpl is not None:
       self.create_child('ngrammer', self.ngrammer_tpl.clone())
@@ -521,6 +513,13 @@ class TransformerLm(base_layer.BaseLayer):
     block = _set_stack_dims(stack_p, self.model_dims, self.packed_input, where)
     block.mask_self_attention = model_type == LanguageModelType.CAUSAL
     block.fold_padding_with_segment_mask = True
+    if self.post_attention_ngrammer_tpls is not None:
+      if len(self.post_attention_ngrammer_tpls) != block.num_layers:
+        raise ValueError(
+            f'{where}: post_attention_ngrammer_tpls has '
+            f'{len(self.post_attention_ngrammer_tpls)} entries; the stack has '
+            f'{block.num_layers} layers.')
+      block.ngrammer_tpls = self.post_attention_ngrammer_tpls
     self.create_child('transformer', stack_p)
     if self.final_ln_tpl is not None:
       self.create_child('final_ln',

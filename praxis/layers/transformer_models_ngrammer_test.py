@@ -186,12 +186,6 @@ class NgrammerLmTest(test_utils.TestCase):
     self.assertEqual(list(p.ngrammer_tpl.weight_split_dims_mapping.wt),
                      ['mdl', 'data'])
 
-  def test_post_attention_ngrammers_are_rejected(self):
-    p = lm_config().set(post_attention_ngrammer_tpls=[ngrammer_config(True)])
-    with self.assertRaisesRegex(ValueError, r'TransformerLm \(lm\).*ngrammer'):
-      jax.eval_shape(instantiate(p).init, jax.random.PRNGKey(0),
-                     jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, 4)))
-
 
 if __name__ == '__main__':
   absltest.main()

@@ -14,6 +14,7 @@ from praxis import decoder_utils
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import test_utils
+from praxis.layers import attentions
 from praxis.layers import embedding_softmax
 from praxis.layers import ngrammer
 from praxis.layers import transformer_models
@@ -35,6 +36,15 @@ def lm_config(num_kv_heads=None, **kwargs):
   layer_p = p.stacked_transformer_tpl.transformer_layer_params_tpl
   layer_p.tr_atten_tpl.num_kv_heads = num_kv_heads
   return p
+
+
+def post_attention_ngrammers(using_scores):
+  """VQ n-grammers after lm_config's two self-attentions."""
+  return [pax_fiddle.Config(
+      ngrammer.VQNgrammer, ngram_vocab_size=16, ngram_emb_dim=2,
+      num_heads=HEADS, dim_per_head=D // HEADS, num_clusters=3,
+      concat_ngrams=True, causal_attention=True,
+      ngram_using_attention_scores=using_scores)] * 2
 
 
 def random_variables(rng, layer, *args):
@@ -79,6 +89,11 @@ class ExtendStepTest(test_utils.TestCase):
   @parameterized.named_parameters(
       ('multi_head', {}),
       ('grouped_query', {'num_kv_heads': 2}),
+      # Decoded under jit, attention-score pairing included (Pax: eager).
+      ('post_attention_ngrammer', {
+          'post_attention_ngrammer_tpls': post_attention_ngrammers(False)}),
+      ('post_attention_ngrammer_by_scores', {
+          'post_attention_ngrammer_tpls': post_attention_ngrammers(True)}),
   )
   def test_extend_step_matches_the_forward_pass(self, kwargs):
     lm = instantiate(lm_config(**kwargs))
@@ -248,9 +263,23 @@ class ConfigErrorTest(test_utils.TestCase):
   def test_bad_configs_name_the_field(self):
     with self.assertRaisesRegex(ValueError, r'TransformerLm \(lm\).*vocab'):
       self._init(lm_config().set(vocab_size=0))
-    with self.assertRaisesRegex(ValueError, 'ngrammer'):
-      self._init(lm_config().set(post_attention_ngrammer_tpls=[
-          pax_fiddle.Config(embedding_softmax.Embedding)]))
+    with self.assertRaisesRegex(
+        ValueError, 'post_attention_ngrammer_tpls has 1 entries; the stack '
+        'has 2 layers'):
+      self._init(lm_config().set(
+          post_attention_ngrammer_tpls=post_attention_ngrammers(False)[:1]))
+    hashed = pax_fiddle.Config(ngrammer.Ngrammer, ngram_vocab_size=16,
+                               unigram_vocab_size=VOCAB, ngram_emb_dim=2,
+                               num_heads=HEADS, dim_per_head=D // HEADS)
+    with self.assertRaisesRegex(ValueError, 'ngrammer_tpl must be .*'
+                                'VQNgrammer.*got Ngrammer'):
+      self._init(lm_config().set(post_attention_ngrammer_tpls=[hashed] * 2))
+    p = lm_config(post_attention_ngrammer_tpls=post_attention_ngrammers(False))
+    p.stacked_transformer_tpl.transformer_layer_params_tpl.tr_atten_tpl = (
+        pax_fiddle.Config(attentions.DotProductAttentionWithLPB))
+    with self.assertRaisesRegex(ValueError, 'ngrammer_tpl is not supported '
+                                'by DotProductAttentionWithLPB'):
+      self._init(p)
     p = lm_config()
     p.stacked_transformer_tpl.model_dims = 8
     with self.assertRaisesRegex(ValueError, 'model_dims 8'):

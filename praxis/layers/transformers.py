@@ -191,7 +191,9 @@ class Transformer(base_layer.BaseLayer):
     tr_atten_tpl: Template of the attention.
     packed_input: Inputs pack several sequences (segment masks are given).
     tr_fflayer_tpl: Template of the feed-forward block.
-    ngrammer_tpl: Not supported; must be None.
+    ngrammer_tpl: An n-grammer (a VQNgrammer) of the self-attention's
+      output heads, before its output projection (the self-attention's
+      `ngrammer_tpl`).
   """
 
   input_dims: int = 0
@@ -221,13 +223,12 @@ class Transformer(base_layer.BaseLayer):
         dim_per_head=self.dim_per_head,
         atten_dropout_prob=self.atten_dropout_prob,
     )
+    if self.ngrammer_tpl is not None and name == 'self_attention':
+      p.ngrammer_tpl = self.ngrammer_tpl
     self.create_child(name, p)
 
   def setup(self) -> None:
     _check_norm_policy(self)
-    if self.ngrammer_tpl is not None:
-      raise ValueError(f'Transformer ({self.name}): ngrammer_tpl is not '
-                       'supported.')
     _create_norms(self, self.input_dims)
     self._setup_attention(self.tr_atten_tpl, 'self_attention')
     self.create_child(
@@ -412,7 +413,8 @@ class StackedTransformer(base_layer.BaseLayer):
     num_groups: Kept for configs.
     min_group_size: Kept for configs.
     moe_layers: Indices of the layers with MoE feed-forward blocks.
-    ngrammer_tpls: Not supported; must be None.
+    ngrammer_tpls: Post-attention n-grammers, one template (or None) a
+      layer: each layer's `ngrammer_tpl`.
     remat: Rematerialize each layer in the backward pass.
     checkpoint_policy: What the rematerialization keeps.
   """
@@ -464,8 +466,10 @@ class StackedTransformer(base_layer.BaseLayer):
     if self.moe_layers and (self.num_experts <= 0 or not self.moe_layer_tpl):
       raise ValueError(f'{where}: moe_layers need num_experts > 0 and a '
                        'moe_layer_tpl.')
-    if self.ngrammer_tpls is not None:
-      raise ValueError(f'{where}: ngrammer_tpls is not supported.')
+    if (self.ngrammer_tpls is not None
+        and len(self.ngrammer_tpls) < self.num_layers):
+      raise ValueError(f'{where}: ngrammer_tpls has {len(self.ngrammer_tpls)} '
+                       f'entries, fewer than num_layers {self.num_layers}.')
 
   def _layer_params(self, i: int) -> LayerTpl:
     tpls = self.transformer_layer_params_tpl
@@ -499,6 +503,8 @@ class StackedTransformer(base_layer.BaseLayer):
       if moe.hidden_dims:
         p.hidden_dims = moe.hidden_dims
       p.tr_fflayer_tpl = moe
+    if self.ngrammer_tpls is not None and self.ngrammer_tpls[i] is not None:
+      p.ngrammer_tpl = self.ngrammer_tpls[i]
     return p
 
   def setup(self) -> None:

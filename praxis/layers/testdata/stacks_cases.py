@@ -194,6 +194,17 @@ def _encdec_ngrammer():
   return p
 
 
+def _lm_post_attention_ngrammer(scores):
+  """_lm with a VQ n-grammer after each self-attention (pairing tokens by
+  the attention probabilities with `scores`)."""
+  p = _lm()
+  p.post_attention_ngrammer_tpls = [Config(
+      ngrammer.VQNgrammer, ngram_vocab_size=8, ngram_emb_dim=2, num_heads=2,
+      dim_per_head=D // 2, num_clusters=2, concat_ngrams=True,
+      causal_attention=True, ngram_using_attention_scores=scores)] * 2
+  return p
+
+
 NORM_POLICIES = ('pre', 'primer_hybrid', 'post', 'post_skip')
 
 # name -> (config builder, runner name)
@@ -312,9 +323,14 @@ CASES = {
                        activation_type=bregman.ActivationType.LEAKY_RELU,
                        negative_slope=0.1, start_step=0, end_step=10,
                        constant_lr_schedule=True), 'heads'),
-    # transformer_models_encoder_decoder_test's n-grammers (last: the cases
-    # before it keep their recorded noise)
+    # transformer_models_encoder_decoder_test's n-grammers (here on: the
+    # cases before them keep their recorded noise)
     'encoder_decoder_ngrammer': (_encdec_ngrammer, 'encdec_ngram_extend'),
+    # transformer_models_test's post-attention n-grammers
+    'lm_post_attention_ngrammer': (
+        lambda: _lm_post_attention_ngrammer(False), 'lm_extend'),
+    'lm_post_attention_ngrammer_scores': (
+        lambda: _lm_post_attention_ngrammer(True), 'lm_extend_eager'),
 }
 
 
@@ -485,7 +501,7 @@ def run(name, variables, a):
           out[k] = res[k]
     else:
       out['out'] = res
-    if kind.endswith('extend'):
+    if kind.endswith(('extend', 'extend_eager')):
       # The forward pass filled the decode cache (prefix of T steps); each
       # step t overwrites slot t and masks the later ones.
       cache = {DECODE_CACHE: state[DECODE_CACHE]}
@@ -497,7 +513,8 @@ def _extend(layer, variables, cache, args, kw, kind):
   """Outputs of extend_step at each time step, stacked on axis 1."""
 
   def step(merged, x_t, mask_t, t):
-    if kind in ('lm_extend', 'encdec_extend', 'encdec_ngram_extend'):
+    if kind in ('lm_extend', 'lm_extend_eager', 'encdec_extend',
+                'encdec_ngram_extend'):
       res, new_cache = layer.apply(merged, x_t, method=layer.extend_step,
                                    mutable=[DECODE_CACHE])
       return res.logits, new_cache
@@ -522,7 +539,10 @@ def _extend(layer, variables, cache, args, kw, kind):
     x_t = ids[:, t]
     if kind == 'encdec_ngram_extend':
       x_t = ids[:, max(t - 1, 0):t + 1]
-    run_step = compiled.setdefault(x_t.shape, _jit(step))
+    # Pax's VQNgrammer.extend_step slices the attention scores by the step:
+    # with `ngram_using_attention_scores` it runs eagerly only.
+    run_step = step if kind == 'lm_extend_eager' else compiled.setdefault(
+        x_t.shape, _jit(step))
     res, cache = run_step(py_utils.merge_dict(cache, variables), x_t,
                           mask_t, jnp.asarray(t, jnp.int32))
     steps.append(res)
