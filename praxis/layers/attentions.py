@@ -1028,17 +1028,9 @@ class DotProductAttention(base_layer.BaseLayer):
     extend('value_post_dconv', self.dconv_v.extend_step(value_state, **step))
     return query, key
 
-  def _one_step_attention(
-      self,
-      query: JTensor,
-      key_name: str,
-      value_name: str,
-      atten_mask: JTensor,
-      relative_bias: JTensor | None,
-  ) -> JTensor:
-    """Attention of one query step [B, N, H] over the cache; [B, N, H]."""
-    return self._one_step_attention_and_probs(
-        query, key_name, value_name, atten_mask, relative_bias)[0]
+  def _one_step_attention(self, *args: Any) -> JTensor:
+    """`_one_step_attention_and_probs`'s output [B, N, H] alone."""
+    return self._one_step_attention_and_probs(*args)[0]
 
   def _one_step_attention_and_probs(
       self,
@@ -1047,8 +1039,9 @@ class DotProductAttention(base_layer.BaseLayer):
       value_name: str,
       atten_mask: JTensor,
       relative_bias: JTensor | None,
-  ) -> tuple[JTensor, JTensor]:
-    """`_one_step_attention` and its probabilities [B, N, S]."""
+  ) -> tuple[JTensor, JTensor | None]:
+    """Attention of one query step [B, N, H] over the cache: the output
+    [B, N, H] and the probabilities [B, N, S] (None from a fused kernel)."""
     key = self.get_decode_state(key_name)
     value = self.get_decode_state(value_name)
     q_b, k_b = query.shape[0], key.shape[0]
