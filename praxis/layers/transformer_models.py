@@ -550,8 +550,8 @@ class TransformerLm(base_layer.BaseLayer):
 
   def _ngrammer_step(self, ids: JTensor, emb: JTensor,
                      segment_pos: JTensor | None) -> JTensor:
-    """The n-grammer's output [B, 1, D] for ids [B, 1] after the cached
-    previous step; caches this step for the next."""
+    """The n-grammer's output [B, L, D] for ids [B, L] after the cached
+    previous step; caches the last of them for the next."""
     prev_ids = self.get_decode_state('ngrammer_prefix')
     prev_emb = self.get_decode_state('ngrammer_prefix_emb')
     pair_pos = None
@@ -559,14 +559,15 @@ class TransformerLm(base_layer.BaseLayer):
       pair_pos = jnp.concatenate(
           [self.get_decode_state('ngrammer_prefix_segment_pos'),
            segment_pos], axis=1)
-      self.update_decode_state('ngrammer_prefix_segment_pos', segment_pos)
+      self.update_decode_state('ngrammer_prefix_segment_pos',
+                               segment_pos[:, -1:])
     # Zero ids and embeddings in the previous step mark time step 0.
     out = self.ngrammer(
         jnp.concatenate([prev_ids, ids], axis=1),
         jnp.concatenate([prev_emb, emb.astype(prev_emb.dtype)], axis=1),
         segment_pos=pair_pos, check_time_step_zero=True)
-    self.update_decode_state('ngrammer_prefix', ids)
-    self.update_decode_state('ngrammer_prefix_emb', emb)
+    self.update_decode_state('ngrammer_prefix', ids[:, -1:])
+    self.update_decode_state('ngrammer_prefix_emb', emb[:, -1:])
     return out[:, 1:]
 
   def _ngrammer_states(self) -> list[str]:
@@ -676,37 +677,52 @@ class TransformerLm(base_layer.BaseLayer):
       segment_pos: JTensor | None = None,
       atten_mask: JTensor | None = None,
   ) -> NestedMap:
-    """Decodes one position: the logits after ids [B] at `time_step`.
+    """Decodes from `time_step`: one position (ids [B]) or L ([B, L]).
+
+    Several positions at once (e.g. to score a suffix after decoding) need
+    an attention that extends by several steps (DotProductAttentionWithLPB,
+    multi-query) and their `atten_mask`.
 
     Args:
-      inputs: [B] ids at the current step.
-      segment_pos: [B] their positions (default: time_step); the cache
-        entries before time_step - segment_pos (left padding) are masked.
-      atten_mask: [B, 1, S] attention mask over the cache, used as is.
+      inputs: [B] ids at the current step, or [B, L] at the next L steps.
+      segment_pos: [B] (or [B, L]) their positions (default: time_step
+        onwards); the cache entries before time_step - segment_pos (left
+        padding) are masked.
+      atten_mask: [B, 1, S] (or [B, 1, L, S]) attention mask over the cache,
+        used as is.
 
     Returns:
-      NestedMap(logits, log_probs, probs), each [B, V].
+      NestedMap(logits, log_probs, probs), each [B, V] (or [B, L, V]).
     """
     if LanguageModelType(self.model_type) == LanguageModelType.BIDIRECTIONAL:
       raise ValueError(f'{self._where}: extend_step needs a CAUSAL or PREFIX '
                        'model.')
-    if inputs.ndim != 1:
-      raise ValueError(f'{self._where}: extend_step takes ids [B], got '
-                       f'{inputs.shape}.')
+    if inputs.ndim not in (1, 2):
+      raise ValueError(f'{self._where}: extend_step takes ids [B] or [B, L], '
+                       f'got {inputs.shape}.')
+    if segment_pos is not None and segment_pos.shape != inputs.shape:
+      raise ValueError(f'{self._where}: segment_pos {segment_pos.shape} must '
+                       f'have the shape of the ids {inputs.shape}.')
+    single = inputs.ndim == 1
+    if not single and atten_mask is None:
+      raise ValueError(f'{self._where}: extend_step over {inputs.shape[1]} '
+                       'positions needs their atten_mask [B, 1, L, S].')
     time_step = self.get_decode_state('time_step')
-    x = self._embed(inputs[:, None])
+    ids = inputs[:, None] if single else inputs
+    pos = None
+    if segment_pos is not None:
+      pos = segment_pos[:, None] if single else segment_pos
+    x = self._embed(ids)
     if self.ngrammer_tpl is not None:
-      x = self._ngrammer_step(
-          inputs[:, None], x,
-          None if segment_pos is None else segment_pos[:, None])
+      x = self._ngrammer_step(ids, x, pos)
     if self.position_emb_tpl is not None:
-      position = segment_pos if segment_pos is not None else jnp.full(
-          inputs.shape, time_step)
-      x = x + self.position_emb(position=position[:, None])
+      position = pos if pos is not None else jnp.broadcast_to(
+          time_step + jnp.arange(ids.shape[1]), ids.shape)
+      x = x + self.position_emb(position=position)
     x = self.transformer.extend_step(
-        x[:, 0], time_step=time_step, segment_pos=segment_pos,
-        atten_mask=atten_mask)
-    self.update_decode_state('time_step', time_step + 1)
+        x[:, 0] if single else x, time_step=time_step,
+        segment_pos=segment_pos, atten_mask=atten_mask)
+    self.update_decode_state('time_step', time_step + ids.shape[1])
     if self.final_ln_tpl is not None:
       x = self.final_ln(x)
     return _logits_output(self.softmax, x)

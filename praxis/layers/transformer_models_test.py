@@ -127,6 +127,48 @@ class ExtendStepTest(test_utils.TestCase):
           full[:, t])), atol=1e-5)
     self.assertEqual(int(cache[DECODE_CACHE]['time_step']), T)
 
+  def test_extend_several_steps_matches_the_forward_pass(self):
+    # L steps at once (Pax: suffix scoring), with the attention that
+    # extends several steps, rotary positions and an n-grammer; then the
+    # next step alone continues from them.
+    p = lm_config(ngrammer_tpl=pax_fiddle.Config(
+        ngrammer.VQNgrammer, ngram_vocab_size=16, ngram_emb_dim=2,
+        num_heads=HEADS, dim_per_head=D // HEADS, num_clusters=3,
+        concat_ngrams=True))
+    p.stacked_transformer_tpl.transformer_layer_params_tpl.tr_atten_tpl = (
+        pax_fiddle.Config(attentions.DotProductAttentionWithLPB,
+                          use_rotary_position_emb=True, combine_qkv=True))
+    lm = instantiate(p)
+    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    paddings = jnp.zeros((B, T))
+    variables = random_variables(self.rng, lm, ids, paddings)
+    full = jax.jit(lm.apply)(variables, ids, paddings).logits
+    # An empty cache of T steps (the forward pass on padding fills it).
+    _, cache = jax.jit(functools.partial(lm.apply, mutable=[DECODE_CACHE]))(
+        variables, jnp.zeros_like(ids), jnp.ones((B, T)))
+    mask = jnp.tile(attentions.causal_mask(jnp.zeros((B, T, D))),
+                    (B, 1, 1, 1))
+
+    @jax.jit
+    def extend(cache, ids_t, mask_t, pos_t):
+      return lm.apply({**variables, **cache}, ids_t, segment_pos=pos_t,
+                      atten_mask=mask_t, method=lm.extend_step,
+                      mutable=[DECODE_CACHE])
+
+    pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    for start, stop in ((0, 3), (3, 5)):
+      out, cache = extend(cache, ids[:, start:stop], mask[:, :, start:stop],
+                          pos[:, start:stop])
+      self.assertEqual(out.logits.shape, (B, stop - start, VOCAB))
+      self.assertAllClose(out.logits, full[:, start:stop], atol=1e-5,
+                          rtol=1e-5)
+    self.assertEqual(int(cache[DECODE_CACHE]['time_step']), 5)
+    out, cache = extend(cache, ids[:, 5], mask[:, :, 5], pos[:, 5])
+    self.assertAllClose(out.logits, full[:, 5], atol=1e-5, rtol=1e-5)
+    with self.assertRaisesRegex(ValueError, 'needs their atten_mask'):
+      lm.apply({**variables, **cache}, ids[:, :2], method=lm.extend_step,
+               mutable=[DECODE_CACHE])
+
 
 class ShardingTest(test_utils.TestCase):
 

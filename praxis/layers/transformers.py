@@ -312,17 +312,19 @@ class Transformer(base_layer.BaseLayer):
       attention_mask: JTensor,
       cross_attention_mask: JTensor | None = None,
   ) -> JTensor:
-    """Decodes one step.
+    """Decodes one step (or L steps, with an attention that extends several).
 
     Args:
-      inputs: [B, D], the input at `time_step`.
+      inputs: [B, D], the input at `time_step` (or [B, L, D] from it).
       time_step: Scalar, the 0-based step.
-      segment_pos: [B], positions within segments (None: time_step).
-      attention_mask: Additive mask [1|B, 1, T] over the cache.
+      segment_pos: [B] (or [B, L]), positions within segments (None:
+        time_step onwards).
+      attention_mask: Additive mask [1|B, 1, T] (or [1|B, 1, L, T]) over the
+        cache.
       cross_attention_mask: Additive mask [1|b|B, 1, 1, S] over the encoder.
 
     Returns:
-      outputs: [B, D].
+      outputs: [B, D] (or [B, L, D]).
     """
     x = _pre_norm(self, inputs)
     atten_out = self.self_attention.extend_step(
@@ -581,21 +583,28 @@ class StackedTransformer(base_layer.BaseLayer):
       cross_paddings: JTensor | None = None,
       cross_segment_mask: JTensor | None = None,
   ) -> JTensor:
-    """Decodes one step through the stack.
+    """Decodes one step through the stack (or L steps: see below).
 
     Args:
-      inputs: [B, D], the input at `time_step`.
+      inputs: [B, D], the input at `time_step`; or [B, L, D], L steps from
+        it, with an attention that extends several steps and `atten_mask`.
       time_step: Scalar, the 0-based step.
-      segment_pos: [B], positions within segments (None: time_step); the
-        current segment is taken to have started segment_pos steps ago.
-      atten_mask: [1|B, 1, T], a complete self-attention mask (None: causal,
-        with the segment mask of `segment_pos`).
+      segment_pos: [B] (or [B, L]), positions within segments (None:
+        time_step); the current segment is taken to have started
+        segment_pos steps ago.
+      atten_mask: [1|B, 1, T] (or [1|B, 1, L, T]), a complete self-attention
+        mask (None: causal, with the segment mask of `segment_pos`; one step
+        only).
       cross_paddings: [b|B, S], encoder paddings.
       cross_segment_mask: [b|B, 1, S].
 
     Returns:
-      The top layer's output [B, D].
+      The top layer's output [B, D] (or [B, L, D]).
     """
+    if inputs.ndim == 3 and atten_mask is None:
+      raise ValueError(f'StackedTransformer ({self.name}): extending '
+                       f'{inputs.shape[1]} steps at once needs atten_mask '
+                       '[1|B, 1, L, T].')
     if self.use_cross_attention and cross_paddings is None:
       raise ValueError(f'StackedTransformer ({self.name}): cross attention '
                        'needs cross_paddings.')
