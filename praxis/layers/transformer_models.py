@@ -725,7 +725,10 @@ class TransformerLm(base_layer.BaseLayer):
     self.update_decode_state('time_step', time_step + ids.shape[1])
     if self.final_ln_tpl is not None:
       x = self.final_ln(x)
-    return _logits_output(self.softmax, x)
+    out = _logits_output(self.softmax, x)
+    if self.record_activations_in_xent_output:
+      out.activations = x
+    return out
 
   def init_states(self, target_batch_size: int, target_max_length: int
                   ) -> None:

@@ -127,6 +127,22 @@ class ExtendStepTest(test_utils.TestCase):
           full[:, t])), atol=1e-5)
     self.assertEqual(int(cache[DECODE_CACHE]['time_step']), T)
 
+  def test_extend_step_records_the_activations(self):
+    lm = instantiate(lm_config(record_activations_in_xent_output=True))
+    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    variables = random_variables(self.rng, lm, ids, jnp.zeros((B, T)))
+    full, cache = lm.apply(variables, ids, jnp.zeros((B, T)),
+                           mutable=[DECODE_CACHE])
+    cache = jax.tree.map(jnp.zeros_like, cache)  # An empty cache of T steps.
+    for t in range(2):
+      out, cache = lm.apply({**variables, **cache}, ids[:, t],
+                            method=lm.extend_step, mutable=[DECODE_CACHE])
+      self.assertAllClose(out.activations, full.activations[:, t],
+                          atol=1e-5, rtol=1e-5)
+      # The logits are the softmax's of those activations.
+      self.assertAllClose(out.logits, full.logits[:, t], atol=1e-5,
+                          rtol=1e-5)
+
   def test_extend_several_steps_matches_the_forward_pass(self):
     # L steps at once (Pax: suffix scoring), with the attention that
     # extends several steps, rotary positions and an n-grammer; then the
