@@ -447,6 +447,31 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     emh: SplitDimsMapping = None
     ehm: SplitDimsMapping = None
 
+  class ActivationSharding(base_layer.BaseLayer.ActivationSharding):
+    """Pax's annotations of the routed activations, for configs that set
+    them: this dense layer has no dispatch or combine tensors and does not
+    constrain its activations by them.
+
+    Attributes:
+      gsm: Of the inputs by group [G, S, M].
+      gs: Of the router's per-token values [G, S].
+      gsec: Of the dispatch tensor [G, S, E, C].
+      gecs: Of the combine tensor [G, E, C, S].
+      gec: Of [G, E, C] tensors.
+      egcm: Of the expert inputs and outputs [E, G, C, M].
+      egch: Of the expert hidden activations [E, G, C, H].
+      gecm: Of the combined outputs [G, E, C, M].
+    """
+
+    gsm: SplitDimsMapping = None
+    gs: SplitDimsMapping = None
+    gsec: SplitDimsMapping = None
+    gecs: SplitDimsMapping = None
+    gec: SplitDimsMapping = None
+    egcm: SplitDimsMapping = None
+    egch: SplitDimsMapping = None
+    gecm: SplitDimsMapping = None
+
   def _check_config(self) -> None:
     where = f'TransformerFeedForwardMoe ({self.name})'
     check_norm_policy(self, ('pre', 'post', 'primer_hybrid'))

@@ -206,8 +206,16 @@ def set_stacked_transformer_sharding(
     ehm = None if w_emh is None else [w_emh[0], w_emh[2], w_emh[1]]
     _set_existing(block.moe_layer_tpl.weight_split_dims_mapping,
                   me=[None, None], emh=w_emh, ehm=ehm)
+    # As Pax: the expert dim of the activations from a_egch (routing) and
+    # a_egcm (outputs), the model dim from a_egcm.
+    e = None if a_egch is None else a_egch[0]
+    e_out = None if a_egcm is None else a_egcm[0]
+    m = None if a_egcm is None else a_egcm[3]
     _set_existing(block.moe_layer_tpl.activation_split_dims_mapping,
-                  egch=a_egch, egcm=a_egcm)
+                  gs=[e, None], gsec=[e, None, None, None],
+                  gecs=[e, None, None, None], gec=[e, None, None],
+                  egch=a_egch, gsm=[e_out, None, m], egcm=a_egcm,
+                  gecm=a_egcm)
   return stack_p
 
 

@@ -219,6 +219,18 @@ class ShardingTest(test_utils.TestCase):
     ff_act = (p.stacked_transformer_tpl.transformer_layer_params_tpl
               .tr_fflayer_tpl.activation_split_dims_mapping)
     self.assertEqual(ff_act.ffn0, [('replica', 'data'), None, 'mdl'])
+    # The MoE template's routed activations, as Pax annotates them (expert
+    # dim over data, model dim over mdl; the dispatch tensors replicated).
+    moe_act = (p.stacked_transformer_tpl.moe_layer_tpl
+               .activation_split_dims_mapping)
+    self.assertEqual(
+        {k: getattr(moe_act, k) for k in
+         ('gs', 'gsec', 'gecs', 'gec', 'gsm', 'egch', 'egcm', 'gecm')},
+        {'gs': ['data', None], 'gsec': ['data', None, None, None],
+         'gecs': ['data', None, None, None], 'gec': ['data', None, None],
+         'gsm': ['data', None, 'mdl'], 'egch': ['data', None, None, 'mdl'],
+         'egcm': ['data', None, None, 'mdl'],
+         'gecm': ['data', None, None, 'mdl']})
 
   def test_sharded_forward_equals_single_device(self):
     ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
