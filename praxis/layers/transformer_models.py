@@ -331,6 +331,14 @@ _NGRAMMER_STATES = ('ngrammer_prefix', 'ngrammer_prefix_emb',
 _WARNED_IGNORED_NGRAMMERS = set()
 
 
+def _check_one_ngrammer_a_layer(where: str, field: str, tpls: Sequence[Any],
+                                stack: str, num_layers: int) -> None:
+  """Pax's check that post-attention n-grammers come one a layer."""
+  if len(tpls) != num_layers:
+    raise ValueError(f'{where}: {field} has {len(tpls)} entries; the {stack} '
+                     f'has {num_layers} layers.')
+
+
 def _set_stack_dims(stack_p: LayerTpl, model_dims: int, packed: bool,
                     where: str) -> LayerTpl:
   """Sets model_dims/packed_input of the stack's block; returns the block."""
@@ -522,11 +530,9 @@ class TransformerLm(base_layer.BaseLayer):
     block.mask_self_attention = model_type == LanguageModelType.CAUSAL
     block.fold_padding_with_segment_mask = True
     if self.post_attention_ngrammer_tpls is not None:
-      if len(self.post_attention_ngrammer_tpls) != block.num_layers:
-        raise ValueError(
-            f'{where}: post_attention_ngrammer_tpls has '
-            f'{len(self.post_attention_ngrammer_tpls)} entries; the stack has '
-            f'{block.num_layers} layers.')
+      _check_one_ngrammer_a_layer(where, 'post_attention_ngrammer_tpls',
+                                  self.post_attention_ngrammer_tpls, 'stack',
+                                  block.num_layers)
       block.ngrammer_tpls = self.post_attention_ngrammer_tpls
     self.create_child('transformer', stack_p)
     if self.final_ln_tpl is not None:
@@ -922,13 +928,12 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
     after it has built the stack from a copy, so they never reach the
     layers: the same config here builds the same variables and outputs.
     """
-    tpls = getattr(self, f'{side}_post_attention_ngrammer_tpls')
+    field = f'{side}_post_attention_ngrammer_tpls'
+    tpls = getattr(self, field)
     if tpls is None:
       return
-    if len(tpls) != num_layers:
-      raise ValueError(
-          f'{self._where}: {side}_post_attention_ngrammer_tpls has '
-          f'{len(tpls)} entries; the {side} stack has {num_layers} layers.')
+    _check_one_ngrammer_a_layer(self._where, field, tpls, f'{side} stack',
+                                num_layers)
     if (self._where, side) not in _WARNED_IGNORED_NGRAMMERS:  # Once each.
       _WARNED_IGNORED_NGRAMMERS.add((self._where, side))
       logging.warning(
