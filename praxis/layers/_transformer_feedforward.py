@@ -1,7 +1,8 @@
 """Feed-forward blocks of a Transformer and the helpers they share.
 
 Public names:
-  gating: top2_gating;
+  gating: top2_gating, sentence_embeddings (and Pax's per-sequence
+    _get_sentence_embeddings);
   layers: TransformerFeedForward, TransformerFeedForwardMoe;
   helpers for layers with a `norm_policy` (shared with `transformers.py`):
     check_norm_policy, create_norms, pre_norm, post_norm, add_residual,
@@ -92,6 +93,38 @@ def top2_gating(logits: JTensor, paddings: JTensor | None = None,
   aux_loss = num_experts * num_experts * jnp.mean(
       jnp.mean(first, axis=1) * jnp.mean(density_proxy, axis=1))
   return gates, aux_loss
+
+
+def _get_sentence_embeddings(inputs: JTensor,
+                             segment_ids: JTensor) -> JTensor:
+  """The mean of `inputs` [S, D] over each token's segment, at each token.
+
+  `segment_ids` [S] (ints in [0, S)) name the segments; segment 0 is padding
+  and gets zeros. Returns [S, D].
+  """
+  length = inputs.shape[0]
+  totals = jax.ops.segment_sum(inputs, segment_ids, num_segments=length)
+  sizes = jax.ops.segment_sum(jnp.ones(segment_ids.shape, inputs.dtype),
+                              segment_ids, num_segments=length)
+  means = totals / jnp.maximum(sizes, 1)[:, None]
+  means = jnp.where(jnp.arange(length)[:, None] == 0, 0, means)
+  return jnp.take(means, segment_ids, axis=0)
+
+
+def sentence_embeddings(inputs: JTensor, paddings: JTensor | None,
+                        segment_ids: JTensor | None) -> JTensor:
+  """What a sentence-level router sees at each token of `inputs` [B, T, D].
+
+  The mean of the token's segment (`segment_ids` [B, T]); without segment
+  ids, of the row's unpadded tokens (`paddings` [B, T]; padded tokens get
+  zeros), or of the whole row when neither is given.
+  """
+  if segment_ids is None and paddings is None:
+    return jnp.broadcast_to(jnp.mean(inputs, axis=1, keepdims=True),
+                            inputs.shape)
+  if segment_ids is None:
+    segment_ids = (1 - paddings).astype(jnp.int32)
+  return jax.vmap(_get_sentence_embeddings)(inputs, segment_ids)
 
 
 def routing_groups(num_tokens: int, num_groups: int,
@@ -400,7 +433,11 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     explicit_fan_in_fan_out_axes: Tell the initialiser the experts' fan axes.
     moe_load_balance_loss_weight: Weight of the load-balancing loss.
     gating_logit_cap: If positive, cap the router logits with tanh.
-    moe_gating_embedding_level: Only 'token'.
+    moe_gating_embedding_level: What the router sees: 'token' (each token)
+      or 'sentence' (the mean of the token's segment, given by the call's
+      `segment_ids`, else of the row's unpadded tokens; inside a Transformer
+      the latter, as Pax's Transformer passes no segment ids). 'sentence'
+      needs [B, T, D] inputs and does not decode (extend_step).
     use_gated_activation: Hidden = act(x @ wi_gate) * (x @ wi).
   """
 
@@ -485,8 +522,9 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
         (self.expert_weight_shards == 1, 'expert_weight_shards must be 1'),
         (self.second_expert_policy == 'all',
          "second_expert_policy must be 'all'"),
-        (self.moe_gating_embedding_level == 'token',
-         "moe_gating_embedding_level must be 'token'"),
+        (self.moe_gating_embedding_level in ('token', 'sentence'),
+         "moe_gating_embedding_level must be 'token' or 'sentence', got "
+         f'{self.moe_gating_embedding_level!r}'),
     )
     for ok, message in checks:
       if not ok:
@@ -529,12 +567,13 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     self._weight('wi_0', [e, d, h], d, wp.emh)
     self._weight('wo_0', [e, h, d], h, wp.ehm)
 
-  def _experts(self, x: JTensor, paddings: JTensor | None,
-               num_groups: int) -> tuple[JTensor, JTensor]:
-    """Top-2 mixture of the experts at each token of x [..., D]."""
+  def _experts(self, x: JTensor, paddings: JTensor | None, num_groups: int,
+               routed_by: JTensor) -> tuple[JTensor, JTensor]:
+    """Top-2 mixture of the experts at each token of x [..., D], routed by
+    `routed_by` (x, or its sentence embeddings; the same shape)."""
     if self.gating_func == 'expert_choice':
-      return self._expert_choice(x, num_groups)
-    logits = jnp.einsum('...m,me->...e', x, self.theta.gate)
+      return self._expert_choice(x, num_groups, routed_by)
+    logits = jnp.einsum('...m,me->...e', routed_by, self.theta.gate)
     logits = attentions.cap_logits(logits, self.gating_logit_cap)
     gates, aux_loss = top2_gating(logits, paddings, num_groups)
     hidden = self._hidden(x, '...m,emh->...eh')
@@ -549,11 +588,12 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
       return self.relu_dropout(self.activation(gate) * hidden)
     return self.relu_dropout(self.activation(hidden))
 
-  def _expert_choice(self, x: JTensor,
-                     num_groups: int) -> tuple[JTensor, JTensor]:
+  def _expert_choice(self, x: JTensor, num_groups: int,
+                     routed_by: JTensor) -> tuple[JTensor, JTensor]:
     """Expert-choice routing (arXiv:2202.09368) of x [..., D] in groups."""
     grouped = x.reshape(num_groups, -1, x.shape[-1])  # [G, S, M]
-    logits = jnp.einsum('gsm,me->gse', grouped, self.theta.gate)
+    logits = jnp.einsum('gsm,me->gse',
+                        routed_by.reshape(grouped.shape), self.theta.gate)
     aux_loss, gates, dispatch = gshard_utils.expert_choice_gating_on_logits(
         logits, self.num_experts, self.expert_capacity_dim, self.fprop_dtype,
         capacity_factor=self.unadjusted_expert_capacity_factor)
@@ -571,19 +611,26 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
       paddings: JTensor | None = None,
       segment_ids: JTensor | None = None,
   ) -> JTensor:
-    """Applies the block to `inputs` [B, T, D] (paddings [B, T])."""
-    del segment_ids
+    """Applies the block to `inputs` [B, T, D] (paddings [B, T]; segment_ids
+    [B, T] are read with moe_gating_embedding_level='sentence')."""
+    where = f'TransformerFeedForwardMoe ({self.name})'
     groups = routing_groups(math.prod(inputs.shape[:-1]), self.num_groups,
-                            self.min_group_size,
-                            f'TransformerFeedForwardMoe ({self.name})')
-    return self._forward(inputs, paddings, groups)
+                            self.min_group_size, where)
+    if self.moe_gating_embedding_level == 'sentence' and inputs.ndim != 3:
+      raise ValueError(
+          f"{where}: moe_gating_embedding_level='sentence' needs inputs "
+          f'[batch, time, dims], got shape {inputs.shape}.')
+    return self._forward(inputs, paddings, groups, segment_ids)
 
-  def _forward(self, inputs: JTensor, paddings: JTensor | None,
-               groups: int) -> JTensor:
+  def _forward(self, inputs: JTensor, paddings: JTensor | None, groups: int,
+               segment_ids: JTensor | None = None) -> JTensor:
     inputs, keep = padding_keep(self, inputs, paddings)
     residual = inputs
-    outputs, aux_loss = self._experts(pre_norm(self, inputs), paddings,
-                                      groups)
+    normed = pre_norm(self, inputs)
+    routed_by = normed
+    if self.moe_gating_embedding_level == 'sentence':
+      routed_by = sentence_embeddings(normed, paddings, segment_ids)
+    outputs, aux_loss = self._experts(normed, paddings, groups, routed_by)
     if keep is not None:
       outputs = outputs * keep.astype(outputs.dtype)
     outputs = finish_branch(self, residual, outputs)
@@ -597,4 +644,10 @@ class TransformerFeedForwardMoe(base_layer.BaseLayer):
     """One decoding step: the block on `inputs` [B, D] (one routing group:
     the load-balancing loss is not used in decoding)."""
     del time_step
+    if self.moe_gating_embedding_level == 'sentence':
+      raise ValueError(
+          f'TransformerFeedForwardMoe ({self.name}): '
+          "moe_gating_embedding_level='sentence' routes each token by the "
+          'mean of its whole sentence, which a decoding step does not have; '
+          "decode with moe_gating_embedding_level='token'.")
     return self._forward(inputs, None, 1)

@@ -145,7 +145,8 @@ def GlamStackedTransformerHParams(  # pylint: disable=invalid-name
     name: Name of the StackedTransformer.
     moe: Build the two-layer MoE block (else the one-layer dense block).
     moe_hidden_dim: Hidden depth of the experts (default ff_dim).
-    moe_gating_embedding_level: What the router embeds ('token').
+    moe_gating_embedding_level: What the router sees: 'token' or 'sentence'
+      (TransformerFeedForwardMoe.moe_gating_embedding_level).
     ffn_activation_cls: Activation class of the dense feed-forward blocks.
     use_gated_activation: Gate the dense feed-forward blocks.
     mask_self_attention: Causal self-attention.
@@ -278,7 +279,8 @@ def GlamUniTransformerLmHParams(  # pylint: disable=invalid-name
     name: Name of the TransformerLm.
     moe: MoE feed-forward in every other layer (else all dense).
     moe_hidden_dim: Hidden depth of the experts (default ff_dim).
-    moe_gating_embedding_level: What the router embeds ('token').
+    moe_gating_embedding_level: What the router sees: 'token' or 'sentence'
+      (TransformerFeedForwardMoe.moe_gating_embedding_level).
     ffn_activation_cls: Activation class of the dense feed-forward blocks.
     use_gated_activation: Gate the dense feed-forward blocks.
     atten_logit_cap: Cap of the attention logits (tanh), if positive.

@@ -35,7 +35,7 @@ def _labels(labels, paddings):
 
 class GlamMatchesPaxTest(parameterized.TestCase):
 
-  @parameterized.parameters('dense', 'moe')
+  @parameterized.parameters(*_CFG['cases'])
   def test_lm(self, name):
     lm = base_layer.instantiate(glam.GlamUniTransformerLmHParams(
         **_CFG['common'], **_CFG['cases'][name]))

@@ -95,7 +95,8 @@ def GrokStackedTransformerHParams(  # pylint: disable=invalid-name
     name: Name of the StackedTransformer.
     moe: Make the layer's feed-forward block MoE.
     moe_hidden_dim: Hidden depth of the experts (default ff_dim).
-    moe_gating_embedding_level: What the router embeds ('token').
+    moe_gating_embedding_level: What the router sees: 'token' or 'sentence'
+      (TransformerFeedForwardMoe.moe_gating_embedding_level).
     ffn_activation_cls: Activation class of the experts.
     use_gated_activation: Gate the experts.
     mask_self_attention: Causal self-attention.
@@ -192,7 +193,8 @@ def GrokUniTransformerLmHParams(  # pylint: disable=invalid-name
     name: Name of the TransformerLm.
     moe: Make every feed-forward block MoE.
     moe_hidden_dim: Hidden depth of the experts (default ff_dim).
-    moe_gating_embedding_level: What the router embeds ('token').
+    moe_gating_embedding_level: What the router sees: 'token' or 'sentence'
+      (TransformerFeedForwardMoe.moe_gating_embedding_level).
     ffn_activation_cls: Activation class of the experts.
     use_gated_activation: Gate the experts.
     atten_logit_cap: Unused (see GrokStackedTransformerHParams).

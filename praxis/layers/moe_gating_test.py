@@ -1,4 +1,5 @@
-"""The MoE's GShard load-balancing loss with paddings and routing groups."""
+"""The MoE's GShard load-balancing loss with paddings and routing groups, and
+its sentence-level routing."""
 
 from absl.testing import absltest
 import jax
@@ -70,6 +71,76 @@ class Top2GatingLossTest(absltest.TestCase):
         hidden_dims=8, num_experts=4, num_groups=3))
     with self.assertRaisesRegex(ValueError, 'num_groups 3 does not divide'):
       layer.init(jax.random.PRNGKey(0), jnp.ones((2, 4, 4)))
+
+
+def _np_segment_means(x, segment_ids):
+  """Each token's mean over the tokens of its segment; segment 0 -> 0."""
+  out = np.zeros_like(x)
+  for b in range(x.shape[0]):
+    for t in range(x.shape[1]):
+      seg = segment_ids[b, t]
+      if seg:
+        out[b, t] = x[b][segment_ids[b] == seg].mean(0)
+  return out
+
+
+class SentenceLevelRoutingTest(absltest.TestCase):
+
+  def test_segment_means(self):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    segment_ids = np.array([[1, 1, 2, 2, 0], [3, 1, 3, 0, 0]], np.int32)
+    got = transformers._transformer_feedforward.sentence_embeddings(
+        x, None, segment_ids)
+    np.testing.assert_allclose(got, _np_segment_means(x, segment_ids),
+                               rtol=1e-6, atol=1e-6)
+    # Without segment ids: the row's unpadded tokens, or the whole row.
+    paddings = np.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], np.float32)
+    got = transformers._transformer_feedforward.sentence_embeddings(
+        x, paddings, None)
+    want = np.where(paddings[..., None] > 0, 0.0,
+                    x[:, :3].mean(1, keepdims=True))
+    want[1] = x[1].mean(0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    got = transformers._transformer_feedforward.sentence_embeddings(
+        x, None, None)
+    np.testing.assert_allclose(
+        got, np.broadcast_to(x.mean(1, keepdims=True), x.shape), rtol=1e-6)
+
+  def _layer(self, level='sentence'):
+    return base_layer.instantiate(pax_fiddle.Config(
+        transformers.TransformerFeedForwardMoe, name='moe', input_dims=4,
+        hidden_dims=8, num_experts=4, moe_gating_embedding_level=level))
+
+  def test_router_sees_the_segment_means(self):
+    layer = self._layer()
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(2, 4, 4)), jnp.float32)
+    segment_ids = np.array([[1, 1, 2, 2], [1, 2, 2, 2]], np.int32)
+    variables = layer.init(jax.random.PRNGKey(0), x,
+                           segment_ids=segment_ids)
+    _, updated = layer.apply(variables, x, segment_ids=segment_ids,
+                             mutable=[base_layer.AUX_LOSS])
+    normed = layer.apply(variables, x, method=lambda m, v: m.layer_norm(v))
+    means = _np_segment_means(np.asarray(normed), segment_ids)
+    logits = np.einsum('btm,me->bte', means, variables['params']['gate'])
+    np.testing.assert_allclose(
+        jax.tree.leaves(updated[base_layer.AUX_LOSS])[0],
+        _np_loss(logits, np.zeros((2, 4), np.float32), 1), rtol=1e-5)
+
+  def test_decoding_and_2d_inputs_are_refused(self):
+    layer = self._layer()
+    variables = layer.init(jax.random.PRNGKey(0), jnp.ones((1, 2, 4)))
+    with self.assertRaisesRegex(ValueError, "'sentence'.*decoding step"):
+      layer.apply(variables, jnp.ones((1, 4)), time_step=0,
+                  method=layer.extend_step)
+    with self.assertRaisesRegex(ValueError, r'needs inputs \[batch, time'):
+      layer.apply(variables, jnp.ones((3, 4)))
+
+  def test_unknown_level_is_refused(self):
+    with self.assertRaisesRegex(ValueError, "'token' or 'sentence'"):
+      self._layer('word').init(
+          jax.random.PRNGKey(0), jnp.ones((1, 2, 4)))
 
 
 if __name__ == '__main__':

@@ -59,6 +59,7 @@ DecodeStateTransformFn = attentions.DecodeStateTransformFn
 
 # Feed-forward blocks, defined in _transformer_feedforward.
 top2_gating = _transformer_feedforward.top2_gating
+_get_sentence_embeddings = _transformer_feedforward._get_sentence_embeddings
 TransformerFeedForward = _transformer_feedforward.TransformerFeedForward
 TransformerFeedForwardMoe = _transformer_feedforward.TransformerFeedForwardMoe
 

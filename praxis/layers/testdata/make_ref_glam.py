@@ -34,6 +34,18 @@ COMMON = dict(vocab_size=32, model_dim=8, ff_dim=16, attention_num_heads=2,
 CASES = {
     'dense': dict(moe=False),
     'moe': dict(moe=True, e_dim=4, c_dim=32, moe_hidden_dim=12),
+    # Appended cases (the noise of the ones above stays as recorded).
+    'moe_dense_top2': dict(moe=True, e_dim=4, c_dim=32, moe_hidden_dim=12,
+                           moe_gating_func='dense_top2'),
+    'moe_sentence': dict(moe=True, e_dim=4, c_dim=32, moe_hidden_dim=12,
+                         moe_gating_embedding_level='sentence'),
+    'moe_sentence_dense_top2': dict(
+        moe=True, e_dim=4, c_dim=32, moe_hidden_dim=12,
+        moe_gating_func='dense_top2', moe_gating_embedding_level='sentence'),
+    'moe_sentence_expert_choice': dict(
+        moe=True, e_dim=4, c_dim=32, moe_hidden_dim=12,
+        moe_gating_func='expert_choice',
+        moe_gating_embedding_level='sentence'),
 }
 
 
