@@ -79,8 +79,9 @@ class DotProductAttentionXL(attentions.DotProductAttention):
     t = query.shape[1]
     if key.shape[1] != t:
       raise NotImplementedError(
-          f'{type(self).__name__}: only self-attention over the whole '
-          'sequence is supported (no extend_step).')
+          f'{type(self).__name__}: only self-attention is supported (the '
+          f'queries and keys the same {t} positions; decode with '
+          'extend_step).')
     query = self._scale_query(query)
     # P for distances -(T - 1) ... T - 1; query i, key j reads i - j + T - 1.
     table = _projected_distances(self, np.arange(-(t - 1), t))
@@ -95,6 +96,24 @@ class DotProductAttentionXL(attentions.DotProductAttention):
     if relative_bias is not None:
       bias = bias + relative_bias
     return self._attend_scaled(query, key, value, atten_mask, bias, dropout)
+
+  def _attend_step(self, query, key, value, atten_mask, relative_bias,
+                   time_step):
+    """The query [B, 1, N, H] at `time_step` over the cached keys: key j is
+    `time_step - j` before it."""
+    if time_step is None:
+      raise ValueError(f'{type(self).__name__} {self.name!r}: a decoding step '
+                       'needs its time_step.')
+    query = self._scale_query(query)
+    table = _projected_distances(
+        self, jnp.asarray(time_step) - jnp.arange(key.shape[1]))
+    bias = jnp.einsum('BTNH,SNH->BNTS', _biased(self, query, 'v'), table)
+    if self.use_bias:
+      bias = bias + jnp.einsum('NH,BSNH->BNS', self.theta.u, key)[:, :, None]
+    if relative_bias is not None:
+      bias = bias + relative_bias
+    return self._attend_scaled(query, key, value, atten_mask, bias,
+                               dropout=False)
 
 
 class LocalSelfAttentionXL(_local_attention.LocalSelfAttention):

@@ -178,14 +178,19 @@ class RelativeBias(base_layer.BaseLayer):
       query_pos = query_segment_pos[:, :, None]
     return self._bias(key_pos - query_pos)
 
-  def _bias(self, relative_position: JTensor) -> JTensor:
-    """[B, T, S] offsets -> [B, N, T, S] biases (a gather of `wrb`)."""
-    buckets = relative_position_bucket(
+  def _relative_position_bucket(self, relative_position: JTensor) -> JTensor:
+    """The bucket (int32 in [0, relative_attention_num_buckets)) of each key -
+    query offset in `relative_position` (any shape); needs no variables."""
+    return relative_position_bucket(
         relative_position,
         self.relative_attention_num_buckets,
         self.relative_attention_max_distance,
         self.bidirectional,
     )
+
+  def _bias(self, relative_position: JTensor) -> JTensor:
+    """[B, T, S] offsets -> [B, N, T, S] biases (a gather of `wrb`)."""
+    buckets = self._relative_position_bucket(relative_position)
     return jnp.moveaxis(jnp.take(self.theta.wrb.T, buckets, axis=0), -1, 1)
 
   def extend_step(
@@ -807,6 +812,22 @@ class DotProductAttention(base_layer.BaseLayer):
     return self._attend_scaled(self._scale_query(query), key, value,
                                atten_mask, relative_bias, dropout)
 
+  def _attend_step(
+      self,
+      query: JTensor,
+      key: JTensor,
+      value: JTensor,
+      atten_mask: JTensor,
+      relative_bias: JTensor | None,
+      time_step: JTensor | None,
+  ) -> tuple[JTensor, JTensor]:
+    """`_attend` for the query [B, 1, N, H] of decoding step `time_step` over
+    the cached keys and values [B, S, N, H] (a hook for position-aware
+    attentions)."""
+    del time_step
+    return self._attend(query, key, value, atten_mask, relative_bias,
+                        dropout=False)
+
   def _attend_scaled(
       self,
       query: JTensor,
@@ -1039,6 +1060,7 @@ class DotProductAttention(base_layer.BaseLayer):
       value_name: str,
       atten_mask: JTensor,
       relative_bias: JTensor | None,
+      time_step: JTensor | None = None,
   ) -> tuple[JTensor, JTensor | None]:
     """Attention of one query step [B, N, H] over the cache: the output
     [B, N, H] and the probabilities [B, N, S] (None from a fused kernel)."""
@@ -1059,14 +1081,9 @@ class DotProductAttention(base_layer.BaseLayer):
     if atten_mask.ndim != 3 or atten_mask.shape[-1] != key.shape[1]:
       raise ValueError(f'{_where(self)}: extend_step atten_mask '
                        f'{atten_mask.shape} must be [1|B, 1, {key.shape[1]}].')
-    encoded, probs = self._attend(
-        self._shard_bnh(query)[:, None],
-        key,
-        value,
-        atten_mask[:, :, None, :],
-        relative_bias,
-        dropout=False,
-    )
+    encoded, probs = self._attend_step(
+        self._shard_bnh(query)[:, None], key, value,
+        atten_mask[:, :, None, :], relative_bias, time_step)
     # A fused attention computes no probabilities.
     return self._shard_bnh(encoded[:, 0]), (
         None if probs is None else probs[:, :, 0])
@@ -1126,8 +1143,8 @@ class DotProductAttention(base_layer.BaseLayer):
           seq_length=self.decoding_state_sequence_length(), time_step=time_step
       )
     encoded, probs = self._one_step_attention_and_probs(
-        query, key_name, value_name, atten_mask, relative_bias
-    )
+        query, key_name, value_name, atten_mask, relative_bias,
+        time_step=time_step)
     if self.ngrammer_tpl is not None:
       encoded = self.ngrammer.extend_step(
           self.extend_decode_state('encoded_pre_ngrammer', encoded,
@@ -1176,6 +1193,16 @@ extract_block_context = _local_attention.extract_block_context
 LocalSelfAttention = _local_attention.LocalSelfAttention
 LocalSelfAttentionRelativeBias = _local_attention.LocalSelfAttentionRelativeBias
 LocalSelfAttentionAlibi = _local_attention.LocalSelfAttentionAlibi
+
+
+def _make_local_mask(seq_len: int, block_size: int, left_context: int,
+                     right_context: int) -> JTensor:
+  """[U, W, C] booleans of the block-local band (Pax's name): query w of block
+  u may see context slot c, i.e. keys from left_context - 1 before to
+  right_context after it, inside the sequence."""
+  return jnp.asarray(_local_attention.local_block_mask(
+      seq_len, block_size, left_context, right_context))
+
 
 # Transformer-XL attentions, built on the classes above.
 from praxis.layers import _attention_xl  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -49,6 +49,29 @@ class RealPaxTest(parameterized.TestCase):
     np.testing.assert_allclose(probs, _REF[f'{case}/{mask}/probs'],
                                rtol=1e-5, atol=1e-6)
 
+  @parameterized.parameters(
+      *[c for c in sorted(_CONFIGS) if f'{c}/steps' in _REF.files])
+  def test_extend_step_matches_real_pax(self, case):
+    layer = _layer(case)
+    x, mask = _REF['x'], _REF['full_mask']
+    prefix = f'{case}/vars/'
+    variables = traverse_util.unflatten_dict(
+        {k[len(prefix):]: _REF[k] for k in _REF.files
+         if k.startswith(prefix)}, sep='/')
+    _, cache = layer.apply(variables, x, x, x, mask,
+                           mutable=[base_layer.DECODE_CACHE])
+    step = jax.jit(lambda v, q, m, t: layer.apply(
+        v, q, atten_mask=m, time_step=t, segment_pos=None,
+        method=layer.extend_step, mutable=[base_layer.DECODE_CACHE]))
+    for t in range(x.shape[1]):
+      out, cache = step({**variables, **cache}, x[:, t], mask[:, :, t], t)
+      np.testing.assert_allclose(out, _REF[f'{case}/steps'][:, t],
+                                 rtol=1e-5, atol=1e-6, err_msg=f'step {t}')
+      # A step sees what the forward pass's causal row t sees.
+      np.testing.assert_allclose(
+          out, _REF[f'{case}/full_mask/encoded'][:, t], rtol=1e-4,
+          atol=1e-5)
+
 
 class BlocksTest(absltest.TestCase):
 

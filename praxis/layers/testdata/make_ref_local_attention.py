@@ -7,7 +7,9 @@ where this project's praxis is not importable:
       /path/to/praxis/layers/testdata/make_ref_local_attention.py OUT_DIR
 
 For each case: the config (JSON), the variables, the inputs and the outputs
-(encoded, probs) of `layer(x, x, x, atten_mask)`.
+(encoded, probs) of `layer(x, x, x, atten_mask)`; for DotProductAttentionXL
+also each `extend_step` output [B, D] (`<case>/steps`), decoding x step by
+step over the cache that the forward pass filled, under full_mask's rows.
 """
 
 import json
@@ -47,6 +49,20 @@ CASES = {
 }
 
 
+def _decode(layer, variables, x, mask):
+  """extend_step at each step t of x, the mask's row t over the cache."""
+  _, cache = layer.apply(variables, x, x, x, mask,
+                         mutable=[base_layer.DECODE_CACHE])
+  steps = []
+  for t in range(x.shape[1]):
+    out, cache = layer.apply(
+        {**variables, **cache}, x[:, t], atten_mask=mask[:, :, t, :],
+        time_step=t, segment_pos=None, method=layer.extend_step,
+        mutable=[base_layer.DECODE_CACHE])
+    steps.append(np.asarray(out))
+  return np.stack(steps, axis=1)
+
+
 def main(out_dir):
   rng = np.random.default_rng(0)
   x = rng.normal(size=(2, 5, 8)).astype(np.float32)
@@ -73,6 +89,8 @@ def main(out_dir):
                                     arrays[mask_name], mutable=True)
       arrays[f'{name}/{mask_name}/encoded'] = np.asarray(enc)
       arrays[f'{name}/{mask_name}/probs'] = np.asarray(probs)
+    if cls_name == 'DotProductAttentionXL':
+      arrays[f'{name}/steps'] = _decode(layer, variables, x, full_mask)
     for k, v in flat.items():
       arrays[f'{name}/vars/{k}'] = v
     configs[name] = {'cls': cls_name, 'fields': fields}
