@@ -415,9 +415,9 @@ def _xent_outputs(
       total_weight=total_weight,
       avg_xent=(total_xent / (total_weight + 1e-6)).astype(jnp.float32),
   )
-  if logits is not None:
-    out.logits = logits.astype(inputs_dtype)
-    out.log_probs = log_probs.astype(inputs_dtype)
+  out.logits = None if logits is None else logits.astype(inputs_dtype)
+  out.log_probs = None if log_probs is None else log_probs.astype(
+      inputs_dtype)
   return out
 
 
@@ -550,8 +550,11 @@ class FullSoftmax(base_layer.BaseLayer):
     feed_forward_tpl: The projection (child `logits_ffn`); None uses the
       inputs as logits.
     scale_before_logits: Multiply the inputs by 1 / sqrt(input_dims) first.
-    chunk_size: If set, [B, T, D] inputs are projected and scored T-chunk by
-      T-chunk to save memory; `logits` and `log_probs` are then not returned.
+    chunk_size: If set, [B, T, D] inputs with class_ids are projected and
+      scored T-chunk by T-chunk to save memory; `logits` and `log_probs` are
+      then None. As in Pax, the whole softmax is computed instead (with its
+      logits) for other inputs: class_probabilities given, inputs not
+      [B, T, D] or T < chunk_size, or z_loss_weight > 0.
   """
 
   input_dims: int = 0
@@ -647,7 +650,7 @@ class FullSoftmax(base_layer.BaseLayer):
     weights = _per_example(class_weights, shape, 'class_weights')
     if class_ids is not None and class_probabilities is None:
       class_ids = _per_example(class_ids, shape, 'class_ids')
-    if self.chunk_size:
+    if self._chunks(inputs, class_probabilities):
       out, z = self._chunked(inputs, class_ids, class_probabilities, weights)
     else:
       out, z = self._full(inputs, class_ids, class_probabilities, weights,
@@ -683,11 +686,17 @@ class FullSoftmax(base_layer.BaseLayer):
     )
     return out, compute_z_loss(logits)
 
+  def _chunks(self, inputs, class_probabilities) -> bool:
+    """Whether the loss is computed chunk by chunk (Pax's rule)."""
+    return bool(self.chunk_size) and (
+        class_probabilities is None and inputs.ndim == 3
+        and inputs.shape[1] >= self.chunk_size and self.z_loss_weight <= 0.0)
+
   def _chunked(self, inputs, class_ids, class_probabilities, weights):
-    if inputs.ndim != 3 or self.bi_tempered_loss_tpl is not None:
+    if self.bi_tempered_loss_tpl is not None:
       raise ValueError(
-          f'{type(self).__name__} {self.name!r}: `chunk_size` needs [B, T, D] '
-          'inputs and no bi-tempered loss.'
+          f'{type(self).__name__} {self.name!r}: `chunk_size` does not '
+          'support the bi-tempered loss.'
       )
     project = self._pure_projection()
     scale = self.input_dims**-0.5 if self.scale_before_logits else 1.0

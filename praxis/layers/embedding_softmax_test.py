@@ -283,11 +283,35 @@ class FullSoftmaxTest(test_utils.TestCase):
         _make(embedding_softmax.FullSoftmax, chunk_size=2, **kwargs),
         self.variables, x, weights, class_ids=ids,
     )
-    self.assertNotIn('logits', chunked)
+    self.assertIsNone(chunked.logits)
+    self.assertIsNone(chunked.log_probs)
     for key in ('per_example_xent', 'per_example_argmax', 'avg_xent'):
       self.assertAllClose(chunked[key], full[key], atol=1e-5)
     logits = x / 2.0 @ self.w + self.b
     self.assertArraysEqual(full.per_example_argmax, logits.argmax(-1))
+
+  def test_chunk_size_falls_back_to_the_whole_softmax(self):
+    # As Pax: inputs that are not [B, T, D], T < chunk_size, class
+    # probabilities or a z-loss get the whole softmax, logits included.
+    kwargs = {'input_dims': 4, 'num_classes': 5}
+    layer = _make(embedding_softmax.FullSoftmax, chunk_size=4, **kwargs)
+    x = self.rng.normal(size=(2, 3, 4)).astype(np.float32)
+    ids = self.rng.integers(0, 5, size=(2, 3))
+    probs = np.full((2, 3, 5), 0.2, np.float32)
+    cases = (
+        (x[:, 0], np.ones((2, 1), np.float32), dict(class_ids=ids[:, :1])),
+        (x, np.ones((2, 3, 1), np.float32), dict(class_ids=ids[..., None])),
+        (x, np.ones((2, 3, 1), np.float32),
+         dict(class_probabilities=probs)),
+    )
+    for inputs, weights, labels in cases:
+      out = _apply(layer, self.variables, inputs, weights, **labels)
+      self.assertAllClose(out.logits, inputs @ self.w + self.b, atol=1e-5)
+    z_layer = _make(embedding_softmax.FullSoftmax, chunk_size=2,
+                    z_loss_weight=0.1, **kwargs)
+    out = _apply(z_layer, self.variables, x, np.ones((2, 3, 1), np.float32),
+                 class_ids=ids[..., None])
+    self.assertAllClose(out.logits, x @ self.w + self.b, atol=1e-5)
 
   def test_errors(self):
     layer = _make(embedding_softmax.FullSoftmax, input_dims=4, num_classes=5)

@@ -294,7 +294,7 @@ def _xent_output(layer: base_layer.BaseLayer, activations: JTensor,
   out.per_token_xent = per_token
   out.per_sequence_xent = jnp.sum(per_token, axis=-1, dtype=jnp.float32)
   out.total_loss = out.avg_xent
-  if entropy_loss_weight and 'log_probs' in out:
+  if entropy_loss_weight and out.get('log_probs') is not None:
     log_p = out.log_probs.astype(jnp.float32)
     entropy = -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
     out.entropy_loss = entropy_loss_weight * jnp.sum(
