@@ -293,10 +293,15 @@ class BatchNorm(BaseNormalization):
   def _moments(
       self, inputs: JTensor, paddings: JTensor
   ) -> tuple[JTensor, JTensor]:
-    """The statistics to normalize with; updates the moving ones in training."""
+    """The statistics to normalize with; updates the moving ones in training.
+
+    Summaries (verbosity 4, as Pax): `moving_mean` and `moving_variance`
+    (after the update), and in training the batch's `mean` and `variance`.
+    """
     moving_mean = self.get_var('moving_mean')
     moving_variance = self.get_var('moving_variance')
     if self.do_eval or self.force_eval_mode:
+      self._summarize_moving_stats(moving_mean, moving_variance)
       return moving_mean, moving_variance
     reduce_dims = list(range(inputs.ndim - 1))
     mean, variance = compute_moments(inputs, paddings, reduce_dims)
@@ -306,9 +311,15 @@ class BatchNorm(BaseNormalization):
     self.update_var('moving_variance', new_variance)
     self.add_summary('mean', mean, verbosity=4)
     self.add_summary('variance', variance, verbosity=4)
+    self._summarize_moving_stats(self.get_var('moving_mean'),
+                                 self.get_var('moving_variance'))
     if self.use_moving_avg_in_training:
       return self.get_var('moving_mean'), self.get_var('moving_variance')
     return mean, variance
+
+  def _summarize_moving_stats(self, mean: JTensor, variance: JTensor) -> None:
+    self.add_summary('moving_mean', mean, verbosity=4)
+    self.add_summary('moving_variance', variance, verbosity=4)
 
   def __call__(
       self, inputs: JTensor, paddings: JTensor | None = None

@@ -176,6 +176,36 @@ class BatchNormTest(test_utils.TestCase):
     ) + beta
     self.assertAllClose(y_eval, expected, atol=1e-5)
 
+  def test_summaries(self):
+    # As Pax (verbosity 4): the batch statistics in training, and the moving
+    # ones after their update, in training and in eval.
+    layer = _make(normalizations.BatchNorm, dim=2, decay=0.5)
+    x = np.array([[1.0, 2.0], [3.0, 6.0]], np.float32)
+    variables = _init(layer, x)
+    context = base_layer.JaxContext.HParams(summary_verbosity=4)
+    with base_layer.JaxContext.new_context(hparams=context):
+      _, updated = _apply(layer, variables, x,
+                          mutable=[NON_TRAINABLE, base_layer.SUMMARIES])
+      summaries = updated[base_layer.SUMMARIES]
+      self.assertEqual(set(summaries), {'mean_scalar', 'variance_scalar',
+                                        'moving_mean_scalar',
+                                        'moving_variance_scalar'})
+      mean, var = np.array([2.0, 4.0]), np.array([1.0, 4.0])
+      self.assertAllClose(summaries['mean_scalar'], mean)
+      self.assertAllClose(summaries['variance_scalar'], var)
+      self.assertAllClose(summaries['moving_mean_scalar'], 0.5 * mean)
+      self.assertAllClose(summaries['moving_variance_scalar'],
+                          0.5 + 0.5 * var)
+    context = base_layer.JaxContext.HParams(summary_verbosity=4,
+                                            do_eval=True)
+    with base_layer.JaxContext.new_context(hparams=context):
+      trained = dict(variables, **{NON_TRAINABLE: updated[NON_TRAINABLE]})
+      _, updated = _apply(layer, trained, x, mutable=[base_layer.SUMMARIES])
+    self.assertEqual(set(updated[base_layer.SUMMARIES]),
+                     {'moving_mean_scalar', 'moving_variance_scalar'})
+    self.assertAllClose(updated[base_layer.SUMMARIES]['moving_mean_scalar'],
+                        0.5 * mean)
+
   def test_moving_stats_are_non_trainable_and_mean_synced(self):
     layer = _make(normalizations.BatchNorm, dim=2)
     meta = layer.abstract_init_with_metadata(jnp.ones((2, 2)))
