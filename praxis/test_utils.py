@@ -1,7 +1,11 @@
 """Test helpers for Pax layers, without TensorFlow.
 
 Public names: TestCase, to_np, to_tf_nmap, unshard_input_nmap, apply,
-init_and_apply. Only to_tf_nmap needs TensorFlow (imported when called).
+init_and_apply, get_tfevent_log_dirs, get_tfevent_scalars, and Pax's
+replace_jax_*_vars_to_tf (a layer's variables as its Lingvo counterpart names
+them). Only to_tf_nmap (and the light-conv and conformer replace_jax_ helpers,
+which call it) needs TensorFlow, imported when called; get_tfevent_scalars
+needs tensorboard.
 
 Example:
 
@@ -14,12 +18,14 @@ Example:
 """
 
 import math
+import os
 from typing import Any
 
 from absl.testing import parameterized
 import jax
 from jax import numpy as jnp
 import numpy as np
+from praxis import _lingvo_var_maps
 from praxis import base_layer
 from praxis import py_utils
 
@@ -173,11 +179,72 @@ def init_and_apply(layer: base_layer.BaseLayer, *args: Any, seed: int = 0,
   return outputs, variables
 
 
-def apply(layer: base_layer.BaseLayer, variables: Any, *args: Any,
-          method: Any = None, seed: int = 0, **kwargs: Any) -> Any:
-  """Runs `layer` with `variables` (and a seeded `random` stream)."""
-  rngs = {base_layer.RANDOM: jax.random.PRNGKey(seed)}
-  return layer.apply(variables, *args, method=method, rngs=rngs, **kwargs)
+def apply(layer: base_layer.BaseLayer, layer_vars: Any, method: Any,
+          *args: Any, context_p: Any = None, **kwargs: Any) -> Any:
+  """`layer.apply(layer_vars, *args, method=method, **kwargs)` in a new
+  JaxContext (`context_p`: its JaxContext.HParams, None for the defaults)."""
+  with base_layer.JaxContext.new_context(hparams=context_p):
+    return layer.apply(layer_vars, *args, method=method, **kwargs)
+
+
+def get_tfevent_log_dirs(root: Any) -> list[str]:
+  """The folders under `root` (relative to it) that hold TensorBoard event
+  files (`events.out.tfevents*`), among those without subfolders."""
+  found = []
+  for folder, subfolders, files in os.walk(os.fspath(root)):
+    if not subfolders and any(
+        f.startswith('events.out.tfevents') for f in files):
+      found.append(os.path.relpath(os.path.normpath(folder), root))
+  return found
+
+
+def get_tfevent_scalars(root: Any) -> dict[str, float]:
+  """Tag -> value of the scalars in the event files under `root` (the last
+  one written for a tag wins).
+
+  Reads TF2-style scalar summaries (a tensor with the 'scalars' plugin, as
+  Pax writes them) and the scalar `simple_value`s that tensorboardX writes
+  (this project's summaries). Needs the `tensorboard` package (the test
+  extra).
+  """
+  try:
+    # pylint: disable=g-import-not-at-top
+    from tensorboard.backend.event_processing import event_file_loader
+    from tensorboard.util import tensor_util
+    # pylint: enable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError('get_tfevent_scalars needs the tensorboard package '
+                      '(pip install tensorboard).') from e
+  scalars = {}
+  for folder in get_tfevent_log_dirs(root):
+    path = os.path.join(os.fspath(root), folder)
+    for name in sorted(os.listdir(path)):
+      if not name.startswith('events.out.tfevents'):
+        continue
+      loader = event_file_loader.EventFileLoader(os.path.join(path, name))
+      for event in loader.Load():
+        for value in event.summary.value:
+          if value.HasField('simple_value'):
+            scalars[value.tag] = float(value.simple_value)
+          elif (value.metadata.plugin_data.plugin_name == 'scalars'
+                and value.HasField('tensor')):
+            scalars[value.tag] = tensor_util.make_ndarray(value.tensor).item()
+  return scalars
+
+
+# Pax's helpers that lay out a layer's variables as its Lingvo counterpart
+# names them (for tests that compare the two); see `_lingvo_var_maps`.
+replace_jax_transformer_ffwd_vars_to_tf = _lingvo_var_maps.transformer_ffwd
+replace_jax_attention_vars_to_tf = _lingvo_var_maps.attention
+replace_jax_single_shard_full_softmax_vars_to_tf = (
+    _lingvo_var_maps.single_shard_full_softmax)
+replace_jax_simple_full_softmax_vars_to_tf = (
+    _lingvo_var_maps.simple_full_softmax)
+replace_jax_conv_bnact_vars_to_tf = _lingvo_var_maps.conv_bnact
+replace_jax_res_net_block_vars_to_tf = _lingvo_var_maps.res_net_block
+replace_jax_res_net_vars_to_tf = _lingvo_var_maps.res_net
+replace_jax_light_conv_vars_to_tf = _lingvo_var_maps.light_conv
+replace_jax_conformer_layer_vars_to_tf = _lingvo_var_maps.conformer_layer
 
 
 NestedMap = py_utils.NestedMap
