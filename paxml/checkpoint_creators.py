@@ -25,6 +25,7 @@ from paxml import checkpoint_managers
 from paxml import checkpoint_paths
 from paxml import checkpoint_types
 from paxml import checkpoints
+from paxml import train_states
 from praxis import py_utils
 
 CheckpointType = checkpoint_types.CheckpointType
@@ -231,3 +232,9 @@ def _create_checkpointer(
     return _OrbaxPjitTrainingCheckpointer(manager, checkpoint_type, **kwargs)
   return _OrbaxPmapTrainingCheckpointer(job_log_dir, manager, checkpoint_type,
                                         **kwargs)
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+Checkpointer = checkpoint_paths.Checkpointer
+TrainState = train_states.TrainState
+TrainStateProvenance = train_states.TrainStateProvenance

@@ -29,12 +29,13 @@ from etils import epath
 import jax
 import orbax.checkpoint as ocp
 from paxml import _checkpoint_flax_format as flax_format
-from paxml import _checkpoint_safety
 from paxml import _checkpoint_pax_format as pax_format
+from paxml import _checkpoint_safety
 from paxml import checkpoint_metadata
 from paxml import checkpoint_paths
 from paxml import checkpoint_types
 from paxml import checkpoint_version
+from paxml import train_states
 from praxis import py_utils
 
 CheckpointType = checkpoint_types.CheckpointType
@@ -407,3 +408,7 @@ def _with_shardings(train_state: Any, restore_kwargs: Any) -> Any:
   return jax.tree.map(
       lambda x, s: x if py_utils.is_optax_masked_node(x) else attach(x, s),
       train_state, specs, is_leaf=py_utils.is_optax_masked_node)
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+TrainState = train_states.TrainState

@@ -31,6 +31,7 @@ from absl import logging
 from etils import epath
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 from paxml import checkpoint_version
 from praxis import py_utils
 
@@ -303,3 +304,7 @@ def restore_metadata(directory: epath.PathLike) -> dict[str, Any]:
     return json.loads(path.read_text())
   except json.JSONDecodeError as e:
     raise ValueError(f'Checkpoint metadata {path} is not JSON: {e}') from e
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+Checkpointer = ocp.Checkpointer

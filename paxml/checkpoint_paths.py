@@ -35,6 +35,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 from paxml import checkpoint_types
+from paxml import checkpoint_version
 
 CheckpointType = checkpoint_types.CheckpointType
 
@@ -245,3 +246,11 @@ def name_format(
 ) -> PaxStepNameFormat:
   """The Orbax step name format of Pax's step directories."""
   return PaxStepNameFormat(checkpoint_type=checkpoint_type)
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+Checkpointer = ocp.Checkpointer
+AsyncCheckpointer = ocp.AsyncCheckpointer
+get_version = checkpoint_version.get_version
+get_version_key = checkpoint_version.get_version_key
+retrieve_checkpoint_type = checkpoint_types.retrieve_checkpoint_type

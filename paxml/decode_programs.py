@@ -22,8 +22,11 @@ from absl import logging
 from etils import epath
 import jax
 from paxml import _program_utils
+from paxml import base_metrics
+from paxml import io_utils
 from paxml import programs
 from paxml import summary_utils
+from paxml import train_states
 from paxml import trainer_lib
 from praxis import base_hyperparams
 from praxis import trees
@@ -240,3 +243,10 @@ class SingleTaskDecodeProgram(programs.Program):
 
   def shutdown(self) -> None:
     self._writer.close()
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+BaseMetrics = base_metrics.BaseMetrics
+EvaluationMode = io_utils.EvaluationMode
+StepFnOutput = trainer_lib.StepFnOutput
+TrainState = train_states.TrainState

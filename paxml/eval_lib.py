@@ -16,8 +16,12 @@ from paxml import _startup_gc
 from paxml import checkpoints
 from paxml import decode_programs as decode_programs_lib
 from paxml import executors
+from paxml import io_utils
 from paxml import programs
 from paxml import train
+from paxml import train_states
+from praxis import base_hyperparams
+from praxis import optimizer_prefix_vectorization
 
 _POLL_SECONDS = 10.0
 _WAIT_LOG_SECONDS = 60.0  # How often a waiting job says what it waits for.
@@ -271,3 +275,10 @@ def decode(
   make = lambda c: _decode_programs(c, options.eval_during_decode)
   _follow_checkpoints(train.as_experiment_configs(experiment_config), options,
                       once, make, 'decode_')
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+EvaluationMode = io_utils.EvaluationMode
+NO_PREFIX_KEY = optimizer_prefix_vectorization.NO_PREFIX_KEY
+TrainState = train_states.TrainState
+instantiate = base_hyperparams.instantiate

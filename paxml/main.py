@@ -31,7 +31,9 @@ This is the only module that reads flags.
 import importlib
 import os
 import pathlib
+import random
 import sys
+import time
 from typing import Any, Sequence
 
 if __name__ == '__main__':
@@ -389,8 +391,17 @@ def run_experiment(experiment_config: Any, work_unit: Any = None,
               early_stopping_fn)
 
 
+def wait_with_random_jitter(min_secs: int, max_secs: int) -> None:
+  """Sleeps a random whole number of seconds in [min_secs, max_secs], so that
+  many processes starting together do not all call out at once."""
+  time.sleep(random.randint(min_secs, max_secs))
+
+
 def run(experiment_config: Any, enable_checkpoint_saving: bool = True) -> None:
-  """Runs `--mode` on an experiment into --job_log_dir (Pax's `run`)."""
+  """Runs `--mode` on an experiment into --job_log_dir (Pax's `run`; with
+  over 128 processes each first waits up to a minute, as Pax)."""
+  if jax.process_count() > 128:
+    wait_with_random_jitter(min_secs=0, max_secs=60)
   run_experiment(experiment_config, None, _JOB_LOG_DIR.value,
                  enable_checkpoint_saving=enable_checkpoint_saving)
 

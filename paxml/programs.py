@@ -38,6 +38,7 @@ from paxml import mfu
 from paxml import profiling
 from paxml import summary_utils
 from paxml import tasks_lib
+from paxml import train_states
 from paxml import trainer_lib
 from praxis import base_hyperparams
 from praxis import base_input
@@ -844,3 +845,7 @@ class SingleTaskEvalProgram(BaseEvalProgram):
     compile_ahead(_program_utils.abstract_like(eval_state),
                   _program_utils.BatchKeys(self._eval_prng_seed)(0),
                   trees.get_shape_dtype(inputs), self._static_args())
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+TrainState = train_states.TrainState

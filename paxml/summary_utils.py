@@ -46,6 +46,7 @@ from paxml import _summary_trees
 from paxml import _summary_writers
 from paxml._tensorboardx import tensorboardX
 from paxml import metric_utils
+from paxml import train_states
 from praxis import base_layer
 
 SummaryType = base_layer.SummaryType
@@ -599,3 +600,9 @@ class SummaryHandler:
     self._tensors: dict[str, list[Any]] = collections.defaultdict(list)
     self._speeds: list[float] = []
     self._clu: dict[str, Any] = {}
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+TensorProvenance = train_states.TensorProvenance
+TrainState = train_states.TrainState
+TrainStateProvenance = train_states.TrainStateProvenance

@@ -257,3 +257,8 @@ def partition_params(
   """
   del repeat_prefix_sep
   return optimizers.partition_params(grad_tx, var_weight_hparams, opt_states)
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+GeneralGradientTransformation = optimizers.GeneralGradientTransformation
+ShardedGradientTransformation = optimizers.ShardedGradientTransformation

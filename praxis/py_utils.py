@@ -368,6 +368,15 @@ def extract_prefixed_keys_from_nested_map(
   return prefix or None
 
 
+
+def extract_keys(n: Any, p: str, key_separator: str, left_separator: str,
+                 right_separator: str,
+                 is_leaf: Callable[[Any], bool] | None) -> Any:
+  """`extract_prefixed_keys_from_nested_map` with every option positional."""
+  return extract_prefixed_keys_from_nested_map(
+      n, p, key_separator=key_separator, left_separator=left_separator,
+      right_separator=right_separator, is_leaf=is_leaf)
+
 def select_nodes_by_indices(indices: Any, *trees: Any) -> Any:
   """Builds a tree whose leaf at each path is `trees[indices[path]][path]`."""
   return jax.tree.map(lambda idx, *leaves: leaves[idx], indices, *trees)
@@ -960,6 +969,66 @@ def reshard(array: np.ndarray) -> np.ndarray:
 def unshard(array: np.ndarray) -> np.ndarray:
   """Merges the two leading dims (undoes `reshard`)."""
   return np.reshape(array, (-1,) + array.shape[2:])
+
+
+def reshape_with_outer_batch_size(array: np.ndarray,
+                                  outer_bs: int) -> np.ndarray:
+  """Reshapes `[batch, ...]` to `[outer_bs, batch // outer_bs, ...]`."""
+  batch = array.shape[0]
+  if outer_bs < 1 or batch % outer_bs or batch < outer_bs:
+    raise ValueError(f'reshape_with_outer_batch_size: outer_bs={outer_bs} '
+                     f'must divide the batch size {batch}.')
+  return np.reshape(array, (outer_bs, batch // outer_bs) + array.shape[1:])
+
+
+def combine_inner_and_outer_batches(array: np.ndarray) -> np.ndarray:
+  """Merges the two leading dims (undoes `reshape_with_outer_batch_size`)."""
+  return unshard(array)
+
+
+def assert_same_shape_and_dtype(x: Any, y: Any) -> None:
+  """Raises AssertionError unless x and y have the same shape and dtype."""
+  if x.shape != y.shape or x.dtype != y.dtype:
+    raise AssertionError(f'shape/dtype mismatch: {x.shape} {x.dtype} vs '
+                         f'{y.shape} {y.dtype}')
+
+
+def is_mock_tpu_backend() -> bool:
+  """Whether JAX runs on a mock TPU backend (never, outside Google)."""
+  return False
+
+
+def convert_host_local_array_to_global_array(arr: jax.Array) -> jax.Array:
+  """A value held once per device as one global array replicated over all
+  devices, built from the device copies in place.
+
+  `arr` is fully replicated, or a pmap output [devices, ...] whose rows are
+  equal (each device holds its row); the result has the value's shape.
+  """
+  shards = sorted((s.data for s in arr.addressable_shards),
+                  key=lambda d: min(dev.id for dev in d.devices()))
+  if not arr.sharding.is_fully_replicated and shards[0].shape[:1] == (1,):
+    shards = [d[0] for d in shards]  # One pmap row per device.
+  shape = shards[0].shape
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ('x',))
+  spec = jax.sharding.PartitionSpec(None) if shape else (
+      jax.sharding.PartitionSpec())
+  return jax.make_array_from_single_device_arrays(
+      shape, jax.sharding.NamedSharding(mesh, spec), shards)
+
+
+def convert_fully_replicated_array_to_pmap_array(arr: jax.Array) -> jax.Array:
+  """A fully replicated array as a pmap input: [local devices, *arr.shape],
+  row i on the i-th of its devices (current JAX's pmap takes an array split
+  on axis 0 over a 1-D mesh; Pax's used the PmapSharding JAX dropped)."""
+  shards = list(arr.addressable_shards)
+  devices = np.array([s.device for s in shards])
+  sharding = jax.sharding.NamedSharding(
+      jax.sharding.Mesh(devices, ('pmap',)), jax.sharding.PartitionSpec(
+          'pmap'))
+  rows = [jnp.expand_dims(s.data, 0) for s in shards]
+  return jax.make_array_from_single_device_arrays(
+      (len(shards),) + arr.shape, sharding, rows)
 
 
 def _first_shard(x: Any) -> Any:

@@ -685,6 +685,51 @@ class DeviceHelpersTest(absltest.TestCase):
     self.assertEqual(spec, jax.ShapeDtypeStruct((4, 2), np.int8))
     py_utils.sync_global_devices('py_utils_test')  # One process: returns.
 
+  def test_outer_batches(self):
+    x = np.arange(24).reshape(6, 4)
+    outer = py_utils.reshape_with_outer_batch_size(x, 3)
+    self.assertEqual(outer.shape, (3, 2, 4))
+    np.testing.assert_array_equal(outer[1, 0], x[2])
+    np.testing.assert_array_equal(
+        py_utils.combine_inner_and_outer_batches(outer), x)
+    with self.assertRaisesRegex(ValueError, 'outer_bs=4 must divide .* 6'):
+      py_utils.reshape_with_outer_batch_size(x, 4)
+
+  def test_replicated_to_global_and_pmap_arrays(self):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+    value = np.arange(6.0).reshape(2, 3)
+    replicated = jax.device_put(value, jax.sharding.NamedSharding(mesh, P()))
+    # As a pmap input: one row per local device, each on its device.
+    per_device = py_utils.convert_fully_replicated_array_to_pmap_array(
+        replicated)
+    self.assertEqual(per_device.shape, (8, 2, 3))
+    for shard in per_device.addressable_shards:
+      np.testing.assert_array_equal(shard.data[0], value)
+    doubled = jax.pmap(lambda v: v * 2)(per_device)
+    np.testing.assert_array_equal(doubled[5], value * 2)
+    # Back to one global array, from a pmap output (a row per device) or a
+    # replicated array.
+    for arr in (doubled, replicated):
+      global_array = py_utils.convert_host_local_array_to_global_array(arr)
+      self.assertEqual(global_array.shape, (2, 3))
+      self.assertTrue(global_array.sharding.is_fully_replicated)
+      self.assertLen(global_array.devices(), 8)
+      np.testing.assert_array_equal(
+          global_array, value * (2 if arr is doubled else 1))
+
+  def test_small_pax_helpers(self):
+    py_utils.assert_same_shape_and_dtype(np.zeros((2, 3)), np.ones((2, 3)))
+    with self.assertRaisesRegex(AssertionError, 'int32'):
+      py_utils.assert_same_shape_and_dtype(np.zeros(2, np.float32),
+                                           np.zeros(2, np.int32))
+    self.assertFalse(py_utils.is_mock_tpu_backend())
+    tree = NestedMap(a=NestedMap(b=1), c=[2, 3])
+    self.assertEqual(
+        py_utils.extract_keys(tree, 'x', '.', '(', ')', None),
+        py_utils.extract_prefixed_keys_from_nested_map(
+            tree, 'x', key_separator='.', left_separator='(',
+            right_separator=')'))
+
 
 if __name__ == '__main__':
   absltest.main()

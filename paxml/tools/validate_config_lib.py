@@ -79,3 +79,7 @@ def _run(argv: list[str]) -> None:
 
 def main() -> None:
   app.run(_run, flags_parser=absl_flags.flags_parser)
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+BaseExperimentT = base_experiment.BaseExperimentT

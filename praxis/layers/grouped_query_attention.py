@@ -20,6 +20,7 @@ n // (N // K)).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -100,6 +101,18 @@ def _to_additive(atten_mask: JTensor) -> JTensor:
   neg = py_utils.get_large_negative_number(jnp.float32)
   return jnp.where(atten_mask.astype(bool), neg, 0.0).astype(jnp.float32)
 
+
+
+def apply_dropout(x: JTensor, prng_key: JTensor, dropout_prob: float,
+                  broadcast_dims: Sequence[int] = ()) -> JTensor:
+  """Inverted dropout of `x`: each entry kept with probability
+  1 - dropout_prob and scaled by 1 / (1 - dropout_prob); the mask has size 1
+  (is shared) along `broadcast_dims`."""
+  if dropout_prob == 0.0:
+    return x
+  mask_shape = [1 if d in broadcast_dims else n for d, n in enumerate(x.shape)]
+  keep = jax.random.bernoulli(prng_key, 1.0 - dropout_prob, shape=mask_shape)
+  return x * keep / (1.0 - dropout_prob)
 
 class GroupedQueryAttention(base_layer.BaseLayer):
   """Dot-product attention whose K key/value heads serve N / K query heads.

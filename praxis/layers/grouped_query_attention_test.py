@@ -136,5 +136,21 @@ class GroupedQueryAttentionTest(test_utils.TestCase):
       layer.init(jax.random.PRNGKey(0), x, x, x, gqa.causal_mask(2))
 
 
+class ApplyDropoutTest(test_utils.TestCase):
+
+  def test_kept_entries_are_scaled_and_the_mask_broadcasts(self):
+    x = jnp.arange(1.0, 1.0 + 4 * 50 * 3).reshape(4, 50, 3)
+    key = jax.random.PRNGKey(3)
+    np.testing.assert_array_equal(
+        gqa.apply_dropout(x, key, 0.0), x)
+    y = np.asarray(gqa.apply_dropout(x, key, 0.25, (2,)))
+    kept = y != 0
+    np.testing.assert_allclose(y[kept], np.asarray(x)[kept] / 0.75,
+                               rtol=1e-6)
+    # One mask entry for the three entries along axis 2.
+    self.assertTrue((kept == kept[:, :, :1]).all())
+    self.assertBetween(kept.mean(), 0.6, 0.9)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -687,3 +687,8 @@ from praxis.layers import _lm_continuous_batching  # pylint: disable=g-import-no
 LanguageModelContinuousBatching = (
     _lm_continuous_batching.LanguageModelContinuousBatching)
 LanguageModelContinuousBatching.__module__ = __name__
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+Metrics = base_model.Metrics
+Predictions = base_model.Predictions

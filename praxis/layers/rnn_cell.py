@@ -308,3 +308,7 @@ class CifgLstmCellSimple(LstmCellSimple):
     return lstm_gates_to_state(state0.c, i_i, None, f_g, o_g,
                                self.cell_value_cap, self.output_nonlinearity,
                                self._w_proj())
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+Params = py_utils.HParams

@@ -20,15 +20,16 @@ from __future__ import annotations
 from jax import numpy as jnp
 
 from praxis import base_layer
-from praxis import pax_fiddle
-from praxis import py_utils
-from praxis import pytypes
 from praxis.layers import _transformer_feedforward as _tff
 from praxis.layers import activations as activations_lib
+from praxis.layers import checkpoint_policy
 from praxis.layers import linears
 from praxis.layers import ssm
 from praxis.layers import stats
 from praxis.layers import transformers
+from praxis import pax_fiddle
+from praxis import py_utils
+from praxis import pytypes
 
 NestedMap = py_utils.NestedMap
 template_field = base_layer.template_field
@@ -258,3 +259,7 @@ class SSMGated(SSMTransformer):
   def _ffn(self, x: JTensor, paddings: JTensor | None, gate) -> JTensor:
     del paddings
     return self.gss_ffn_o(self.gss_ffn_uco(x) * gate)
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType

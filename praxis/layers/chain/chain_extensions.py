@@ -194,3 +194,8 @@ def feed_forward(input_dims: int, output_dims: int,
                 output_dims=output_dims,
                 activation_tpl=activation_tpl or Config(activations.Identity),
                 **kwargs_with_name('feedforward', **kwargs))
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+BaseLayer = base_layer.BaseLayer
+Chain = chain_lib.Chain

@@ -113,3 +113,7 @@ class Conv2D(convolutions.Conv2D, quantizer.QuantizationLayer):
     if self.bias:
       params['b'] = self.theta.b
     return {base_layer.PARAMS: params}
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+QuantizationParams = quantization_hparams.QuantizationParams

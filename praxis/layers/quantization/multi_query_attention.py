@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from praxis import base_layer
-from praxis import pytypes
 from praxis.layers import multi_query_attention
 from praxis.layers.quantization import _materialize
+from praxis.layers.quantization import quantization_hparams
 from praxis.layers.quantization import quantizer
+from praxis import pytypes
 
 WeightHParams = base_layer.WeightHParams
 WeightInit = base_layer.WeightInit
@@ -73,3 +74,9 @@ class OneHeadedAttentionProjection(  # pytype: disable=signature-mismatch
         self, self.theta.w, [0], pack_dim=self._PACK_4BIT_DIM)
     return {base_layer.PARAMS: _materialize.named(
         'w', q_w, q_s, zp, q.weight_params.use_symmetric)}
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+QuantizationMode = quantization_hparams.QuantizationMode
+QuantizationParams = quantization_hparams.QuantizationParams
+QuantizationType = quantization_hparams.QuantizationType

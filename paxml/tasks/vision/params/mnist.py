@@ -431,3 +431,7 @@ class MnistExperiment(base_experiment.BaseExperiment):
 
   def datasets(self) -> list[pax_fiddle.Config[base_input.BaseInput]]:
     return [self._input(True), self._input(False)]
+
+
+# Names Pax 1.4's module also has (aliases of other modules' names).
+Predictions = base_model.Predictions
