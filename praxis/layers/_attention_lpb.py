@@ -61,8 +61,14 @@ class DotProductAttentionWithLPB(attentions.DotProductAttention):
   prefix, `extend_step` of one step is `DotProductAttention.extend_step`;
   after `lazy_broadcast_prefix` it attends over every chunk (see the module
   doc). `extend_step` also takes T steps at once ([B, T, D], e.g. to score
-  a suffix after decoding).
+  a suffix after decoding). A post-attention `ngrammer_tpl` works in the
+  forward pass and in one-step `extend_step` without a broadcast prefix (as
+  Pax, which refuses it after `lazy_broadcast_prefix`).
   """
+
+  # One step without a broadcast prefix is DotProductAttention.extend_step,
+  # which applies the n-grammer; the other cases refuse it.
+  _extend_step_applies_ngrammer = True
 
   # -- Chunks -----------------------------------------------------------------
 
@@ -280,6 +286,11 @@ class DotProductAttentionWithLPB(attentions.DotProductAttention):
           query_vec, atten_mask=atten_mask, time_step=time_step,
           segment_pos=segment_pos, is_cross_attention=is_cross_attention)
     steps = query_vec.shape[1] if query_vec.ndim == 3 else None
+    if self.ngrammer_tpl is not None:
+      raise NotImplementedError(
+          f'{_where(self)}: the post-attention n-grammer decodes one step '
+          'at a time without a broadcast prefix (Pax refuses it after '
+          'lazy_broadcast_prefix too).')
     if query_vec.ndim not in (2, 3) or is_cross_attention:
       raise ValueError(
           f'{_where(self)}: extend_step takes query_vec [B, D] or [B, T, D] '

@@ -537,7 +537,8 @@ class DotProductAttention(base_layer.BaseLayer):
     ngrammer_tpl: A post-attention n-grammer (VQNgrammer) of the attention's
       output heads [B, T, N, H], before the output projection (cached as
       `encoded_pre_ngrammer` for extend_step). Only in the layers that use
-      DotProductAttention's own forward pass and extend_step.
+      DotProductAttention's own forward pass and extend_step (and
+      DotProductAttentionWithLPB, one step without a broadcast prefix).
     decode_cache: Whether the forward pass fills the decoder cache.
     attention_mask_summary: Record the attention mask as a summary.
     zero_fully_masked: Output zeros for queries that see no key.
@@ -548,6 +549,9 @@ class DotProductAttention(base_layer.BaseLayer):
     ln_tpl: If set, a normalization of q and k per head (QK norm).
     decoding_maybe_shard_projections: Shard the one-step projections.
   """
+
+  # extend_step applies `ngrammer_tpl` (see _check_config).
+  _extend_step_applies_ngrammer = True
 
   input_dim: int | dict[str, int] = 0
   hidden_dim: int = 0
@@ -664,8 +668,12 @@ class DotProductAttention(base_layer.BaseLayer):
       )
     if self.ngrammer_tpl is not None:
       cls = type(self)
+      # The class whose extend_step runs must say that it applies the
+      # n-grammer (DotProductAttention, and the LPB one, which hands one step
+      # without a broadcast prefix to it).
+      extend_owner = next(c for c in cls.__mro__ if 'extend_step' in vars(c))
       if (cls.__call__ is not DotProductAttention.__call__
-          or cls.extend_step is not DotProductAttention.extend_step):
+          or not vars(extend_owner).get('_extend_step_applies_ngrammer')):
         raise ValueError(f'{where}: ngrammer_tpl is not supported by '
                          f'{cls.__name__}.')
       if not hasattr(fdl.get_callable(self.ngrammer_tpl),

@@ -346,9 +346,10 @@ class ConfigErrorTest(test_utils.TestCase):
       self._init(lm_config().set(post_attention_ngrammer_tpls=[hashed] * 2))
     p = lm_config(post_attention_ngrammer_tpls=post_attention_ngrammers(False))
     p.stacked_transformer_tpl.transformer_layer_params_tpl.tr_atten_tpl = (
-        pax_fiddle.Config(attentions.DotProductAttentionWithLPB))
+        pax_fiddle.Config(attentions.LocalSelfAttention, left_context=2,
+                          right_context=0))
     with self.assertRaisesRegex(ValueError, 'ngrammer_tpl is not supported '
-                                'by DotProductAttentionWithLPB'):
+                                'by LocalSelfAttention'):
       self._init(p)
     p = lm_config()
     p.stacked_transformer_tpl.model_dims = 8
@@ -359,6 +360,31 @@ class ConfigErrorTest(test_utils.TestCase):
         transformers.TransformerFeedForward)
     with self.assertRaisesRegex(TypeError, 'StackedTransformer'):
       self._init(p)
+
+  def test_lpb_post_attention_ngrammer_decodes_one_step_at_a_time(self):
+    # The LPB attention takes the n-grammer (the real Pax's numbers: the
+    # stacks_ref case lm_post_attention_ngrammer_lpb); several steps at once
+    # (or after a broadcast prefix) are refused.
+    atten = instantiate(pax_fiddle.Config(
+        attentions.DotProductAttentionWithLPB, name='atten', input_dim=D,
+        hidden_dim=D, num_heads=HEADS,
+        ngrammer_tpl=post_attention_ngrammers(False)[0]))
+    x = jnp.ones((B, 3, D))
+    mask = jnp.zeros((1, 1, 3, 3))
+    variables = atten.init(jax.random.PRNGKey(0), x, x, x, mask)
+    _, cache = atten.apply(variables, x, x, x, mask,
+                           mutable=[base_layer.DECODE_CACHE])
+    state = {**variables, **cache}
+    out, _ = atten.apply(state, x[:, 0], atten_mask=mask[:, :, 0],
+                         time_step=0, segment_pos=None,
+                         method=atten.extend_step,
+                         mutable=[base_layer.DECODE_CACHE])
+    self.assertEqual(out.shape, (B, D))
+    with self.assertRaisesRegex(NotImplementedError,
+                                'n-grammer decodes one step at a time'):
+      atten.apply(state, x[:, :2], atten_mask=mask[:, :, :2], time_step=0,
+                  segment_pos=None, method=atten.extend_step,
+                  mutable=[base_layer.DECODE_CACHE])
 
   def test_bidirectional_model_cannot_extend(self):
     lm = instantiate(lm_config(

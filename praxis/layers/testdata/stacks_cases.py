@@ -205,6 +205,14 @@ def _lm_post_attention_ngrammer(scores):
   return p
 
 
+def _lm_post_attention_ngrammer_lpb():
+  """_lpb_lm with a VQ n-grammer after each self-attention."""
+  p = _lpb_lm(False)
+  p.post_attention_ngrammer_tpls = _lm_post_attention_ngrammer(
+      False).post_attention_ngrammer_tpls
+  return p
+
+
 NORM_POLICIES = ('pre', 'primer_hybrid', 'post', 'post_skip')
 
 # name -> (config builder, runner name)
@@ -331,6 +339,8 @@ CASES = {
         lambda: _lm_post_attention_ngrammer(False), 'lm_extend'),
     'lm_post_attention_ngrammer_scores': (
         lambda: _lm_post_attention_ngrammer(True), 'lm_extend_eager'),
+    'lm_post_attention_ngrammer_lpb': (_lm_post_attention_ngrammer_lpb,
+                                       'lm_extend'),
 }
 
 
