@@ -25,6 +25,7 @@ from tensorboardX.proto import types_pb2
 
 NestedMap = py_utils.NestedMap
 _HAS_TF = importlib.util.find_spec('tensorflow') is not None
+_HAS_TENSORBOARD = importlib.util.find_spec('tensorboard') is not None
 
 
 def _init(cfg, *inputs):
@@ -180,6 +181,7 @@ class LingvoLayoutTest(absltest.TestCase):
         params['fflayer_end']['ffn_layer2']['bias']['b'])
 
 
+@absltest.skipUnless(_HAS_TENSORBOARD, 'needs tensorboard (the test extra)')
 class EventFilesTest(absltest.TestCase):
 
   def test_log_dirs_and_scalars(self):
