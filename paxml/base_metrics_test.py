@@ -24,8 +24,8 @@ class MetricsTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.values = self.rng.normal(size=(4, 2))  # 4 batches, 2 metrics.
-    self.weights = self.rng.uniform(1.0, 3.0, size=(4, 2))
+    self.values = self.np_rng.normal(size=(4, 2))  # 4 batches, 2 metrics.
+    self.weights = self.np_rng.uniform(1.0, 3.0, size=(4, 2))
     self.batches = [
         {'loss': (v[0], w[0]), 'acc': (v[1], w[1])}
         for v, w in zip(self.values, self.weights)]
@@ -110,8 +110,8 @@ class ReplicaAggregationTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.v = self.rng.normal(size=(3,)).astype(np.float32)
-    self.w = self.rng.uniform(1.0, 2.0, size=(3,)).astype(np.float32)
+    self.v = self.np_rng.normal(size=(3,)).astype(np.float32)
+    self.w = self.np_rng.uniform(1.0, 2.0, size=(3,)).astype(np.float32)
 
   def test_metrics_reduce_across_replicas(self):
     v, w = self.v, self.w

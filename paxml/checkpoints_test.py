@@ -51,10 +51,10 @@ class CheckpointTest(test_utils.TestCase):
     super().setUp()
     self.values = {
         'step': np.array(7, np.uint32),
-        'w': self.rng.standard_normal((8, 16)).astype(np.float32),
-        'b': self.rng.standard_normal((16,)).astype(np.float32),
+        'w': self.np_rng.standard_normal((8, 16)).astype(np.float32),
+        'b': self.np_rng.standard_normal((16,)).astype(np.float32),
         'count': np.array(3, np.int32),
-        'mu_w': self.rng.standard_normal((8, 16)).astype(np.float32),
+        'mu_w': self.np_rng.standard_normal((8, 16)).astype(np.float32),
     }
     self.job_dir = epath.Path(tempfile.mkdtemp())
     self.addCleanup(shutil.rmtree, self.job_dir, ignore_errors=True)

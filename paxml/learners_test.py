@@ -45,7 +45,7 @@ class LearnerTest(test_utils.TestCase):
   def setUp(self):
     super().setUp()
     self.vars = {
-        'params': {'w': self.rng.normal(size=(2, 3)).astype(np.float32)},
+        'params': {'w': self.np_rng.normal(size=(2, 3)).astype(np.float32)},
         'non_trainable': {'s': np.ones(3, np.float32)},
     }
     self.hps = {
@@ -54,7 +54,7 @@ class LearnerTest(test_utils.TestCase):
                                              collections=[NON_TRAINABLE])},
     }
     self.grads = {
-        'params': {'w': self.rng.normal(size=(2, 3)).astype(np.float32)},
+        'params': {'w': self.np_rng.normal(size=(2, 3)).astype(np.float32)},
         'non_trainable': {'s': np.full(3, 5.0, np.float32)},
     }
 
@@ -153,10 +153,10 @@ class RepeatPrefixTest(test_utils.TestCase):
         decay_adam=0.99, factored=True))
     hps = {'w': WeightHParams(shape=[4, 5], repeat_prefix=[3]),
            'v': WeightHParams(shape=[5])}
-    variables = {'w': self.rng.normal(size=(3, 4, 5)).astype(np.float32),
-                 'v': self.rng.normal(size=(5,)).astype(np.float32)}
-    grads = {'w': self.rng.normal(size=(3, 4, 5)).astype(np.float32),
-             'v': self.rng.normal(size=(5,)).astype(np.float32)}
+    variables = {'w': self.np_rng.normal(size=(3, 4, 5)).astype(np.float32),
+                 'v': self.np_rng.normal(size=(5,)).astype(np.float32)}
+    grads = {'w': self.np_rng.normal(size=(3, 4, 5)).astype(np.float32),
+             'v': self.np_rng.normal(size=(5,)).astype(np.float32)}
     learner = _learner(opt)
     tx = learner.get_grad_tx(hps)
 

@@ -59,9 +59,9 @@ class SummaryUtilsTest(test_utils.TestCase):
 
   def test_write_summary_entry(self):
     writer = self._writer()
-    img0 = self.rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
-    img1 = self.rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
-    hist = self.rng.standard_normal(50).astype(np.float32)
+    img0 = self.np_rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+    img1 = self.np_rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+    hist = self.np_rng.standard_normal(50).astype(np.float32)
     summary_utils.write_summary_entry(
         writer, 10,
         loss=jnp.array([1.0, 3.0]),

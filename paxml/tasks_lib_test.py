@@ -153,8 +153,8 @@ class TrainStateTest(test_utils.TestCase):
     task_p = _task_p()
     task_p.train.learner.bprop_variable_inclusion = ['params/w']
     task = instantiate(task_p)
-    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
-    state = task.create_train_state(_np_vars(hps, self.rng), hps)
+    hps = task.model.abstract_init_with_metadata(_batch(self.np_rng))
+    state = task.create_train_state(_np_vars(hps, self.np_rng), hps)
     self.assertEqual(int(state.step), 0)
     adam = _adam_state(state.opt_states)
     self.assertEqual(adam.m['params']['w'].shape, (4, 8))
@@ -174,7 +174,7 @@ class TrainStateTest(test_utils.TestCase):
     task_p.train.learner.bprop_variable_exclusion = ['params/b']
     task_p.train.learner.keep_optimizer_state_for_excluded_vars = True
     task = instantiate(task_p)
-    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    hps = task.model.abstract_init_with_metadata(_batch(self.np_rng))
     grad_mask, opt_mask = trainer_lib.get_excluded_var_masks(
         hps, task.learners[0])
     self.assertEqual(grad_mask, {'params': {'w': False, 'b': True},
@@ -188,11 +188,11 @@ class TrainStateTest(test_utils.TestCase):
     task_p.train.learner.bprop_variable_exclusion = 'params/b'
     task = instantiate(task_p)
     self.assertTrue(task.has_ema_decay)
-    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    hps = task.model.abstract_init_with_metadata(_batch(self.np_rng))
     _, opt_mask = trainer_lib.get_excluded_var_masks(hps, task.learners[0])
     self.assertEqual(opt_mask, {'params': {'w': False, 'b': True},
                                 'non_trainable': {'count': False}})
-    variables = _np_vars(hps, self.rng)
+    variables = _np_vars(hps, self.np_rng)
     state = task.create_train_state(variables, hps)
     ema = tasks_lib.extract_ema(state)
     # b has no EMA (excluded): extract_ema takes its current value.
@@ -206,7 +206,7 @@ class TrainStateTest(test_utils.TestCase):
     learner = instantiate(task_p).learners[0]
     hps = {'params': {'w': WeightHParams(shape=[4], repeat_prefix=[2]),
                       'b': WeightHParams(shape=[3], repeat_prefix=[5])}}
-    variables = _np_vars(hps, self.rng)
+    variables = _np_vars(hps, self.np_rng)
     state = tasks_lib.create_state(variables, hps, False, [learner])
     self.assertTrue(tasks_lib.is_vectorized(state))
     self.assertEqual(set(state.opt_states[0]),
@@ -230,8 +230,8 @@ class InitFromCheckpointTest(test_utils.TestCase):
     src_p = _task_p('src')
     src_p.train.learner.optimizer.ema_decay = ema_decay
     src = instantiate(src_p)
-    hps = src.model.abstract_init_with_metadata(_batch(self.rng))
-    state = src.create_train_state(_np_vars(hps, self.rng), hps)
+    hps = src.model.abstract_init_with_metadata(_batch(self.np_rng))
+    state = src.create_train_state(_np_vars(hps, self.np_rng), hps)
     # Variables moved away from their EMA, and Adam's nu away from zero, as
     # after training.
     state = state.replace(
@@ -251,7 +251,7 @@ class InitFromCheckpointTest(test_utils.TestCase):
     task_p.train.init_from_checkpoint_rules = rules_by_dir
     task = instantiate(task_p)
     return trainer_lib.initialize_model_state(
-        task, jax.random.PRNGKey(3), _batch(self.rng))
+        task, jax.random.PRNGKey(3), _batch(self.np_rng))
 
   def _rules(self, src_p, load_rules, **kwargs):
     return tasks_lib.CheckpointLoadingRules(
@@ -340,7 +340,7 @@ class PartitionSpecTest(test_utils.TestCase):
       task_p.model.mesh_axis_names = ['replica', 'data', 'mdl']
       task_p.model.weight_split_dims_mapping.wt = [1, 2]
     task = instantiate(task_p)
-    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    hps = task.model.abstract_init_with_metadata(_batch(self.np_rng))
     return task, hps, task.create_train_state_partition_specs(hps, discard)
 
   def test_annotated_weights_and_adam_moments(self):
@@ -361,7 +361,7 @@ class PartitionSpecTest(test_utils.TestCase):
     self.assertEqual(jax.tree.structure(specs), jax.tree.structure(shapes))
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(1, 2, 4),
                              ('replica', 'data', 'mdl'))
-    state = task.create_train_state(_np_vars(hps, self.rng), hps)
+    state = task.create_train_state(_np_vars(hps, self.np_rng), hps)
     placed = jax.device_put(state, jax.tree.map(
         lambda s: jax.sharding.NamedSharding(mesh, s), specs))
     w = placed.mdl_vars['params']['w']
@@ -393,8 +393,8 @@ class VariationalNoiseTest(test_utils.TestCase):
     task_p.vn.vn_start_step = 2
     task_p.model.uneven = True  # Adds params/u, which must stay clean.
     task = instantiate(task_p)
-    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
-    variables = _np_vars(hps, self.rng)
+    hps = task.model.abstract_init_with_metadata(_batch(self.np_rng))
+    variables = _np_vars(hps, self.np_rng)
     variables['params']['w'] = np.zeros((4, 8), np.float32)
 
     @jax.jit
@@ -421,9 +421,9 @@ class VariationalNoiseTest(test_utils.TestCase):
     task_p.vn.vn_scale = 0.5
     task_p.vn.vn_regex = 'decoder/.*'
     task = instantiate(task_p)
-    hps = task.model.abstract_init_with_metadata(_batch(self.rng))
+    hps = task.model.abstract_init_with_metadata(_batch(self.np_rng))
     with self.assertRaisesRegex(ValueError, 'vn_regex'):
-      task.maybe_adjust_train_state(0, _np_vars(hps, self.rng), hps,
+      task.maybe_adjust_train_state(0, _np_vars(hps, self.np_rng), hps,
                                     jax.random.PRNGKey(0))
 
 
@@ -443,7 +443,7 @@ class LegacyStyleTest(test_utils.TestCase):
     jax_task = instantiate(task_p)
     self.assertIsInstance(jax_task, tasks_lib.SingleTask)
 
-    batch = _batch(self.rng, n=8)
+    batch = _batch(self.np_rng, n=8)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                           batch)
     step = functools.partial(trainer_lib.train_step_single_learner, jax_task)

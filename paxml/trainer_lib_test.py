@@ -161,7 +161,7 @@ class TrainStepTest(test_utils.TestCase):
     task = base_hyperparams.instantiate(_task(pax_fiddle.Config(
         optimizers.Adam, learning_rate=lr, beta1=b1, beta2=b2, epsilon=eps,
         sharded_adam=False)))
-    batches = _batches(self.rng, 3)
+    batches = _batches(self.np_rng, 3)
     state0, states, outs, _ = _run(task, batches)
 
     params = jax.tree.map(lambda a: np.asarray(a, np.float64),
@@ -197,7 +197,7 @@ class TrainStepTest(test_utils.TestCase):
     task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
     task_p.train.summary_interval_steps = 2
     task = base_hyperparams.instantiate(task_p)
-    _, states, outs, _ = _run(task, _batches(self.rng, 3))
+    _, states, outs, _ = _run(task, _batches(self.np_rng, 3))
     norms = np.asarray(outs.summary_tensors['vars/params/w_scalar'])
     for i in range(3):
       w = np.asarray(states.mdl_vars['params']['w'][i], np.float64)
@@ -207,7 +207,7 @@ class TrainStepTest(test_utils.TestCase):
     # A restart with more steps must find the compiled step in the
     # persistent compilation cache: same program text for any
     # num_train_steps (the summary interval decides on the host).
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     texts = []
     for steps in (10, 12):
       task_p = _task(pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1))
@@ -232,7 +232,7 @@ class TrainStepTest(test_utils.TestCase):
   )
   def test_loss_drops_below_one_percent_of_initial(self, optimizer):
     task = base_hyperparams.instantiate(_task(optimizer))
-    batch = _batches(self.rng, 1, n=16)
+    batch = _batches(self.np_rng, 1, n=16)
     batches = jax.tree.map(lambda a: np.repeat(a, 150, axis=0), batch)
     state0, states, _, _ = _run(task, batches)
     initial = _np_loss(state0.mdl_vars['params'], _index(batch, 0))
@@ -291,7 +291,7 @@ class TrainStepTest(test_utils.TestCase):
     task = base_hyperparams.instantiate(_task(
         pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1),
         model_kwargs={'track_mean': True}))
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     init_vars, hps = _np_vars(task, batch)
     state = task.create_train_state(init_vars, hps)
     step = jax.jit(functools.partial(
@@ -342,7 +342,7 @@ class InitAndDecodeTest(test_utils.TestCase):
     task = base_hyperparams.instantiate(_task(
         pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1),
         model_kwargs={'track_mean': True}))
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                           batch)
     state, provenance = trainer_lib.initialize_model_state(
@@ -367,7 +367,7 @@ class InitAndDecodeTest(test_utils.TestCase):
   def test_decode_step_returns_model_outputs_and_summaries(self):
     task = base_hyperparams.instantiate(_task(
         pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1)))
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     init_vars, _ = _np_vars(task, batch)
     state = train_states.TrainState(step=0, mdl_vars=init_vars, opt_states=[])
     (scalars, results, metrics), updated = trainer_lib.decode_step(
@@ -390,7 +390,7 @@ class InitAndDecodeTest(test_utils.TestCase):
     task = base_hyperparams.instantiate(_task(
         pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1)))
     task._learners = task.learners * 2  # pylint: disable=protected-access
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     with self.assertRaisesRegex(ValueError, 'exactly one learner'):
       trainer_lib.train_step_single_learner(task, None, None, batch)
 
@@ -419,7 +419,7 @@ class InitTraceTest(test_utils.TestCase):
     task_p.model = pax_fiddle.Config(cls, name='model', track_mean=True,
                                      **model_kwargs)
     task = base_hyperparams.instantiate(task_p)
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                           batch)
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
@@ -484,7 +484,7 @@ class OverwriteWithGradientTest(test_utils.TestCase):
     task_p.train.learner.optimizer = pax_fiddle.Config(
         optimizers.Adam, learning_rate=0.5)
     task = base_hyperparams.instantiate(task_p)
-    x = self.rng.normal(size=(4, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(4, 3)).astype(np.float32)
     batch = NestedMap(x=x)
     state, _ = trainer_lib.initialize_model_state(
         task, jax.random.PRNGKey(0), batch)
@@ -511,7 +511,7 @@ class StepHooksTest(test_utils.TestCase):
         pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1,
                           **optimizer_kwargs),
         model_kwargs={'track_mean': True}))
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     state, _ = trainer_lib.initialize_model_state(
         task, jax.random.PRNGKey(0), batch)
     return task, batch, state
@@ -562,7 +562,7 @@ class SetupHelpersTest(test_utils.TestCase):
         pax_fiddle.Config(optimizers.Sgd, learning_rate=0.1)))
 
   def _shapes(self):
-    batch = _index(_batches(self.rng, 1), 0)
+    batch = _index(_batches(self.np_rng, 1), 0)
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                         batch)
 

@@ -100,7 +100,7 @@ class VariablesTest(test_utils.TestCase):
 
   def test_forward_matches_numpy(self):
     layer = instantiate(pax_fiddle.Config(Lin, name='lin'))
-    x = self.rng.normal(size=(4, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(4, 2)).astype(np.float32)
     variables = _init(layer, x)
     self.assertEqual(set(variables), {'params'})
     w = np.asarray(variables['params']['w'])
@@ -191,7 +191,7 @@ class ChildrenTest(test_utils.TestCase):
 
   def test_children_and_list_of_children(self):
     layer = instantiate(pax_fiddle.Config(Parent, name='p'))
-    x = self.rng.normal(size=(3, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(3, 2)).astype(np.float32)
     variables = _init(layer, x)
     params = variables['params']
     self.assertEqual(set(params), {'lin', 'extra_0', 'extra_1'})
@@ -270,7 +270,7 @@ class ChildrenTest(test_utils.TestCase):
 
   def test_shared_weight_layer_id_shares_variables(self):
     layer = instantiate(pax_fiddle.Config(SharedPair, name='s'))
-    x = self.rng.normal(size=(1, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 2)).astype(np.float32)
     variables = _init(layer, x)
     # As in Pax, a shared layer lives at the top, under its id.
     self.assertEqual(set(variables['params']), {'tied'})
@@ -293,7 +293,7 @@ class ChildrenTest(test_utils.TestCase):
         return self.pairs[1](self.pairs[0](x))
 
     layer = instantiate(pax_fiddle.Config(TwoPairs, name='top'))
-    x = self.rng.normal(size=(1, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 2)).astype(np.float32)
     variables = _init(layer, x)
     self.assertEqual(jax.tree.map(np.shape, variables),
                      {'params': {'inner': {'w': (2, 2)}}})

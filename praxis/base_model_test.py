@@ -31,8 +31,8 @@ class BaseModelTest(test_utils.TestCase):
   def test_call_is_loss_of_predictions(self):
     model = base_layer.instantiate(pax_fiddle.Config(Scale, name='m'))
     batch = py_utils.NestedMap(
-        x=self.rng.normal(size=(3, 2)).astype(np.float32),
-        y=self.rng.normal(size=(3, 2)).astype(np.float32))
+        x=self.np_rng.normal(size=(3, 2)).astype(np.float32),
+        y=self.np_rng.normal(size=(3, 2)).astype(np.float32))
     (metrics, per_example), _ = test_utils.init_and_apply(model, batch)
     err = (batch.x * 1.5 - batch.y) ** 2
     self.assertAllClose(metrics['loss'][0], err.mean())

@@ -24,7 +24,7 @@ class AlignmentTest(test_utils.TestCase):
 
   def test_left_align_kv_cache_shifts_each_row(self):
     b, t, n, h = 3, 6, 2, 2
-    x = self.rng.standard_normal((b, t, n, h)).astype(np.float32)
+    x = self.np_rng.standard_normal((b, t, n, h)).astype(np.float32)
     lengths = np.array([1, 3, 2])
     max_prefix_len = 3
     got = np.asarray(decoder_utils.left_align_kv_cache(
@@ -67,7 +67,7 @@ class AlignmentTest(test_utils.TestCase):
 class StopSequenceTest(test_utils.TestCase):
 
   def test_end_with_any_sequence_any_position_matches_numpy(self):
-    ids = self.rng.integers(1, 4, size=(3, 8))
+    ids = self.np_rng.integers(1, 4, size=(3, 8))
     stops = np.array([[[0, 2, 3], [1, 1, 2]]] * 3)
     positions = np.array([[0, 2, 5, 7]] * 3)
     got = np.asarray(decoder_utils.end_with_any_sequence_any_position(

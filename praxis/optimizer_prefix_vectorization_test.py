@@ -47,9 +47,9 @@ class PrefixVectorizationTest(test_utils.TestCase):
                         repeat_prefix_split_dims_mapping=[('data', 'mdl'),
                                                           None]))
     self.grads = NestedMap(
-        w=self.rng.normal(size=(2, 3)).astype(np.float32),
-        v=self.rng.normal(size=(3,)).astype(np.float32),
-        u=self.rng.normal(size=(2, 2)).astype(np.float32))
+        w=self.np_rng.normal(size=(2, 3)).astype(np.float32),
+        v=self.np_rng.normal(size=(3,)).astype(np.float32),
+        u=self.np_rng.normal(size=(2, 2)).astype(np.float32))
 
   def test_group_names_encode_prefix_shape_and_sharding(self):
     tx = opt_vec.get_transformations_with_vectorized_repeat_prefix(

@@ -118,7 +118,7 @@ class OptimizersTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    normal = lambda *shape: self.rng.normal(size=shape).astype(np.float32)
+    normal = lambda *shape: self.np_rng.normal(size=shape).astype(np.float32)
     self.params = NestedMap(w=normal(3, 4), b=normal(4))
     self.grads = [NestedMap(w=normal(3, 4), b=normal(4)) for _ in range(3)]
 
@@ -389,8 +389,8 @@ class OptimizersTest(test_utils.TestCase):
   # ------------------------------------------------------------ accumulation
 
   def test_static_accumulation_equals_big_batch(self):
-    x = self.rng.normal(size=(12, 3))
-    y = self.rng.normal(size=(12,))
+    x = self.np_rng.normal(size=(12, 3))
+    y = self.np_rng.normal(size=(12,))
 
     def grad(p, xs, ys):  # Of mean((xs @ w + b - ys)**2).
       r = xs @ np.asarray(p.w, np.float64) + float(p.b[0]) - ys
@@ -487,7 +487,7 @@ class OptimizersTest(test_utils.TestCase):
   )
   def test_least_squares_converges(self, cfg):
     """200 steps take the loss (about 15 at the start) below 1e-3."""
-    x = jnp.asarray(self.rng.normal(size=(64, 4)), jnp.float32)
+    x = jnp.asarray(self.np_rng.normal(size=(64, 4)), jnp.float32)
     y = x @ jnp.array([1.0, -2.0, 0.5, 3.0]) + 0.7
 
     def loss(p):
@@ -574,7 +574,7 @@ class OptimizersTest(test_utils.TestCase):
       opt.get_grad_transformation()
 
   def test_quantization_round_trip(self):
-    x = self.rng.normal(size=(5, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(5, 3)).astype(np.float32)
     x[:, 2] = 0.0
     for dtype, levels in ((jnp.int8, 127), (jnp.int16, 32767)):
       q, bucket = optimizers.to_quantized(jnp.asarray(x), dtype)

@@ -20,6 +20,7 @@ Example:
 import math
 import os
 from typing import Any
+import zlib
 
 from absl.testing import parameterized
 import jax
@@ -92,15 +93,25 @@ def _dtype(x: Any) -> Any:
 
 
 class TestCase(parameterized.TestCase):
-  """An absltest case with Pax's numpy assertions and a seeded numpy `rng`.
+  """An absltest case with Pax's numpy assertions and seeded numpy generators.
 
   The assertions take arrays, as Pax's do, or two nested structures of the
-  same shape (NestedMap, dict, list), compared leaf by leaf.
+  same shape (NestedMap, dict, list), compared leaf by leaf. `rng()` is
+  Pax's: a `numpy.random.RandomState` seeded by the test method's name;
+  `np_rng` is a `numpy.random.Generator` with a fixed seed.
   """
 
   def setUp(self):
     super().setUp()
-    self.rng = np.random.default_rng(seed=12345)
+    self.np_rng = np.random.default_rng(seed=12345)
+    # As Pax: adler32 of the test's name (stable across runs and processes,
+    # unlike hash(); an int32 as RandomState needs).
+    self._rng = np.random.RandomState(
+        zlib.adler32(self._testMethodName.encode()))
+
+  def rng(self) -> np.random.RandomState:
+    """This test's RandomState (seeded by the test method's name)."""
+    return self._rng
 
   def _pairs(self, x: Any, y: Any, msg: str) -> list[tuple[Any, Any]]:
     if _is_array_like(x) and _is_array_like(y):

@@ -1,6 +1,8 @@
-"""Tests of praxis.test_utils helpers that need TensorFlow (skipped without)."""
+"""Tests of praxis.test_utils: TestCase's generators, and the helpers that
+need TensorFlow (skipped without)."""
 
 import importlib.util
+import zlib
 
 from absl.testing import absltest
 import numpy as np
@@ -30,6 +32,20 @@ class ToTfNmapTest(absltest.TestCase):
   def test_unsupported_dtype_is_named(self):
     with self.assertRaisesRegex(ValueError, 'float16'):
       test_utils.to_tf_nmap({'h': np.ones(2, np.float16)})
+
+
+class TestCaseRngTest(test_utils.TestCase):
+
+  def test_pax_rng_is_seeded_by_the_test_name(self):
+    want = np.random.RandomState(
+        zlib.adler32(b'test_pax_rng_is_seeded_by_the_test_name')).normal(
+            size=3)
+    np.testing.assert_array_equal(self.rng().normal(size=3), want)
+    self.assertIs(self.rng(), self.rng())
+
+  def test_np_rng_is_a_fixed_generator(self):
+    want = np.random.default_rng(12345).integers(0, 100, size=4)
+    np.testing.assert_array_equal(self.np_rng.integers(0, 100, size=4), want)
 
 
 if __name__ == '__main__':

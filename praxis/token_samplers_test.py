@@ -38,7 +38,7 @@ class TopKTopPTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.logits = self.rng.standard_normal((B, V)).astype(np.float32) * 2
+    self.logits = self.np_rng.standard_normal((B, V)).astype(np.float32) * 2
 
   def test_top_k_matches_numpy_sort(self):
     values, ids = token_samplers.get_top_k(jnp.asarray(self.logits), 3)
@@ -115,7 +115,7 @@ class TopKTopPTest(test_utils.TestCase):
 class SamplingTest(test_utils.TestCase):
 
   def test_gumbel_max_matches_numpy_with_the_same_noise(self):
-    logits = self.rng.standard_normal((B, V)).astype(np.float32)
+    logits = self.np_rng.standard_normal((B, V)).astype(np.float32)
     key = jax.random.PRNGKey(3)
     noise = np.asarray(jax.random.gumbel(key, (B, V)))
     temperature = np.array([0.5, 1.0, 2.0, 0.0], np.float32)
@@ -170,7 +170,7 @@ class NextTokenSamplerTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.logits = jnp.asarray(self.rng.standard_normal((B, V)), jnp.float32)
+    self.logits = jnp.asarray(self.np_rng.standard_normal((B, V)), jnp.float32)
     self.keys = jax.random.split(jax.random.PRNGKey(0), B)
 
   def test_top_k_one_is_greedy(self):

@@ -164,7 +164,7 @@ class MasksTest(test_utils.TestCase):
 class MathTest(test_utils.TestCase):
 
   def test_extra_logit_adds_to_denominator(self):
-    logits = self.rng.standard_normal((2, 5)).astype(np.float32)
+    logits = self.np_rng.standard_normal((2, 5)).astype(np.float32)
     probs = attentions.softmax_with_extra_logit(logits, 0.5)
     e = np.exp(logits)
     expected = e / (e.sum(-1, keepdims=True) + np.exp(0.5))
@@ -181,8 +181,8 @@ class MathTest(test_utils.TestCase):
     self.assertAllClose(encoded[0, :, 0], np.array([[1.0, 1.0], [0.0, 0.0]]))
 
   def test_bfloat16_probs_are_softmax_in_float32(self):
-    q = self.rng.standard_normal((1, 3, 2, 4)).astype(np.float32)
-    k = self.rng.standard_normal((1, 3, 2, 4)).astype(np.float32)
+    q = self.np_rng.standard_normal((1, 3, 2, 4)).astype(np.float32)
+    k = self.np_rng.standard_normal((1, 3, 2, 4)).astype(np.float32)
     mask = np.zeros((1, 1, 1, 3), np.float32)
     bf16 = lambda x: jnp.asarray(x, jnp.bfloat16)
     _, probs = attentions.dot_product_attention(
@@ -211,7 +211,7 @@ class MathTest(test_utils.TestCase):
 class DotProductAttentionTest(test_utils.TestCase):
 
   def _inputs(self, b=2, t=4, d=8):
-    x = self.rng.standard_normal((b, t, d)).astype(np.float32)
+    x = self.np_rng.standard_normal((b, t, d)).astype(np.float32)
     paddings = np.zeros((b, t), np.float32)
     paddings[-1, -2:] = 1.0
     return x, paddings
@@ -278,7 +278,7 @@ class DotProductAttentionTest(test_utils.TestCase):
     shapes = jax.eval_shape(
         lambda x: layer.init(jax.random.PRNGKey(1), x, x, x, mask), x
     )
-    variables = randomize(self.rng, shapes)
+    variables = randomize(self.np_rng, shapes)
     out, _ = layer.apply(variables, x, x, x, mask)
     p = dict(variables['params'])
     qkv = p.pop('combined_qkv')
@@ -378,12 +378,12 @@ class ExtendStepTest(test_utils.TestCase):
   def test_extend_step_matches_fprop(self, kwargs):
     layer = instantiate(atten_config(**kwargs))
     b, t = 2, 4
-    x = self.rng.standard_normal((b, t, 8)).astype(np.float32)
+    x = self.np_rng.standard_normal((b, t, 8)).astype(np.float32)
     mask = attentions.causal_mask(x)
     variables = init_random(self, layer, x, x, x, mask)
     expected, _ = layer.apply(variables, x, x, x, mask)
     # Fill the cache from other inputs: every step must overwrite its slot.
-    garbage = self.rng.standard_normal((b, t, 8)).astype(np.float32)
+    garbage = self.np_rng.standard_normal((b, t, 8)).astype(np.float32)
     _, cache = layer.apply(
         variables, garbage, garbage, garbage, mask, mutable=[DECODE_CACHE]
     )
@@ -406,7 +406,7 @@ class ExtendStepTest(test_utils.TestCase):
   def test_init_states_then_decode_with_segment_pos(self):
     layer = instantiate(atten_config(use_rotary_position_emb=True))
     b, t = 2, 4
-    x = self.rng.standard_normal((b, t, 8)).astype(np.float32)
+    x = self.np_rng.standard_normal((b, t, 8)).astype(np.float32)
     mask = attentions.causal_mask(x)
     variables = init_random(self, layer, x, x, x, mask)
     pos = np.arange(t)[None] + np.array([[3], [0]])  # Not the time steps.
@@ -426,8 +426,8 @@ class ExtendStepTest(test_utils.TestCase):
 
   def test_cross_attention_extend_step_repeats_cached_batch(self):
     layer = instantiate(atten_config(num_kv_heads=2))
-    enc = self.rng.standard_normal((1, 3, 8)).astype(np.float32)
-    xq = self.rng.standard_normal((2, 4, 8)).astype(np.float32)
+    enc = self.np_rng.standard_normal((1, 3, 8)).astype(np.float32)
+    xq = self.np_rng.standard_normal((2, 4, 8)).astype(np.float32)
     mask = jnp.zeros((1, 1, 1, 3))
     enc2 = np.repeat(enc, 2, axis=0)
     variables = init_random(self, layer, xq, enc2, enc2, mask)
@@ -446,7 +446,7 @@ class ExtendStepTest(test_utils.TestCase):
 
   def test_transform_decode_state(self):
     layer = instantiate(atten_config())
-    x = self.rng.standard_normal((2, 4, 8)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 4, 8)).astype(np.float32)
     mask = attentions.causal_mask(x)
     variables = init_random(self, layer, x, x, x, mask)
     _, cache = layer.apply(variables, x, x, x, mask, mutable=[DECODE_CACHE])

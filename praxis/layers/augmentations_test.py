@@ -35,7 +35,7 @@ def _shifter(**fields):
 class MaskedLmTest(test_utils.TestCase):
 
   def test_rates_and_padding(self):
-    ids = jnp.asarray(self.rng.integers(0, 50, size=(50, 100)), jnp.int32)
+    ids = jnp.asarray(self.np_rng.integers(0, 50, size=(50, 100)), jnp.int32)
     paddings = np.zeros((50, 100), np.float32)
     paddings[:, 80:] = 1.0
     layer = _mlm(vocab_size=60, mask_token_id=55, mask_prob=0.3,

@@ -26,16 +26,16 @@ def op(cls):
 class BaseOpsTest(test_utils.TestCase):
 
   def test_einsum_op(self):
-    a = self.rng.standard_normal((2, 3)).astype(np.float32)
-    b = self.rng.standard_normal((3, 4)).astype(np.float32)
-    c = self.rng.standard_normal((4,)).astype(np.float32)
+    a = self.np_rng.standard_normal((2, 3)).astype(np.float32)
+    b = self.np_rng.standard_normal((3, 4)).astype(np.float32)
+    c = self.np_rng.standard_normal((4,)).astype(np.float32)
     y = op(base_ops.EinsumOp).apply({}, 'ij,jk,k->i', a, b, c)
     self.assertAllClose(y, (a @ b) @ c, atol=1e-5)
 
   def test_einsum_gated_op(self):
-    x = self.rng.standard_normal((2, 3)).astype(np.float32)
-    k = self.rng.standard_normal((3, 4)).astype(np.float32)
-    g = self.rng.standard_normal((3, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 3)).astype(np.float32)
+    k = self.np_rng.standard_normal((3, 4)).astype(np.float32)
+    g = self.np_rng.standard_normal((3, 4)).astype(np.float32)
     y, y_gated = op(base_ops.EinsumGatedOp).apply({}, 'bd,df->bf', x, k, g)
     self.assertAllClose(y, x @ k, atol=1e-5)
     self.assertAllClose(y_gated, x @ g, atol=1e-5)
@@ -62,7 +62,7 @@ class BaseOpsTest(test_utils.TestCase):
             einsum_tpl=pax_fiddle.Config(DoubledEinsumOp),
         )
     )
-    x = self.rng.standard_normal((4, 3)).astype(np.float32)
+    x = self.np_rng.standard_normal((4, 3)).astype(np.float32)
     y, variables = test_utils.init_and_apply(layer, x)
     w = np.asarray(variables['params']['w'])
     self.assertAllClose(y, 2.0 * (x @ w), atol=1e-5)

@@ -218,7 +218,7 @@ class ClassificationMLPModelTest(test_utils.TestCase):
         softmax_tpl=pax_fiddle.Config(
             embedding_softmax.SharedEmbeddingSoftmax, input_dims=dims,
             num_classes=vocab)))
-    ids = self.rng.integers(0, vocab, size=(4, 6))
+    ids = self.np_rng.integers(0, vocab, size=(4, 6))
     weights = np.ones((4, 6), np.float32)
     weights[3, 3:] = 0.0
     # A separable toy problem: each id has its own label.

@@ -78,7 +78,7 @@ class ContextTest(test_utils.TestCase):
         cls, name='a', left_context=left, right_context=right, **fields))
     full = base_layer.instantiate(pax_fiddle.Config(global_cls, name='a',
                                                     **fields))
-    x = self.rng.normal(size=(2, 6, 8)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 6, 8)).astype(np.float32)
     pad = attentions.convert_paddings_to_mask(jnp.zeros((2, 6)))
     variables = full.init(jax.random.PRNGKey(1), x, x, x, pad)
     # Hand-made mask: key j visible from query i iff i - left < j <= i + right.

@@ -91,7 +91,7 @@ class Conv2DTest(test_utils.TestCase):
       ('VALID', (2, 1), (1, 1)),
   )
   def test_matches_numpy(self, padding, stride, dilation):
-    x = self.rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
     layer = _make(
         convolutions.Conv2D, filter_shape=(3, 2, 3, 4), filter_stride=stride,
         dilations=dilation, padding=padding, bias=True,
@@ -99,8 +99,8 @@ class Conv2DTest(test_utils.TestCase):
     self.assertEqual(
         _shapes(layer, x)['params'], {'w': (3, 2, 3, 4), 'b': (4,)}
     )
-    w = self.rng.normal(size=(3, 2, 3, 4)).astype(np.float32)
-    b = self.rng.normal(size=4).astype(np.float32)
+    w = self.np_rng.normal(size=(3, 2, 3, 4)).astype(np.float32)
+    b = self.np_rng.normal(size=4).astype(np.float32)
     y = layer.apply({'params': {'w': w, 'b': b}}, x)
     if padding == 'SAME':
       pads = (_even_pads(3, dilation[0]), _even_pads(2, dilation[1]))
@@ -110,23 +110,23 @@ class Conv2DTest(test_utils.TestCase):
     self.assertAllClose(y, expected, atol=1e-4)
 
   def test_tf_equivalent_same_with_stride(self):
-    x = self.rng.normal(size=(1, 6, 5, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 6, 5, 2)).astype(np.float32)
     layer = _make(
         convolutions.Conv2D, filter_shape=(3, 3, 2, 2), filter_stride=(2, 2),
         tf_equivalent_padding=True,
     )
-    w = self.rng.normal(size=(3, 3, 2, 2)).astype(np.float32)
+    w = self.np_rng.normal(size=(3, 3, 2, 2)).astype(np.float32)
     y = layer.apply({'params': {'w': w}}, x)
     pads = (_tf_same_pads(6, 3, 2, 1), _tf_same_pads(5, 3, 2, 1))
     self.assertAllClose(y, _np_conv2d(x, w, (2, 2), (1, 1), pads), atol=1e-4)
 
   def test_causal_pads_top_only(self):
-    x = self.rng.normal(size=(1, 5, 4, 1)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 5, 4, 1)).astype(np.float32)
     layer = _make(
         convolutions.Conv2D, filter_shape=(3, 3, 1, 2), filter_stride=(1, 1),
         tf_equivalent_padding=True, is_causal=True,
     )
-    w = self.rng.normal(size=(3, 3, 1, 2)).astype(np.float32)
+    w = self.np_rng.normal(size=(3, 3, 1, 2)).astype(np.float32)
     y = layer.apply({'params': {'w': w}}, x)
     expected = _np_conv2d(x, w, (1, 1), (1, 1), ((2, 0), (1, 1)))
     self.assertAllClose(y, expected, atol=1e-4)
@@ -143,8 +143,8 @@ class Conv2DTest(test_utils.TestCase):
     )
     self.assertEqual(tuple(cfg.filter_shape), (3, 3, 1, 6))
     layer = _make(cfg)
-    x = self.rng.normal(size=(1, 4, 4, 3)).astype(np.float32)
-    w = self.rng.normal(size=(3, 3, 1, 6)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 4, 4, 3)).astype(np.float32)
+    w = self.np_rng.normal(size=(3, 3, 1, 6)).astype(np.float32)
     y = layer.apply({'params': {'w': w}}, x)
     expected = _np_conv2d(x, w, (1, 1), (1, 1), ((1, 1), (1, 1)))
     self.assertAllClose(y, expected, atol=1e-4)
@@ -174,12 +174,12 @@ class Conv2DTest(test_utils.TestCase):
 class Conv3DTest(test_utils.TestCase):
 
   def test_depth_one_time_matches_conv2d(self):
-    x = self.rng.normal(size=(1, 1, 4, 4, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 1, 4, 4, 2)).astype(np.float32)
     layer = _make(
         convolutions.Conv3D, filter_shape=(1, 3, 3, 2, 3),
         filter_stride=(1, 1, 1),
     )
-    w = self.rng.normal(size=(1, 3, 3, 2, 3)).astype(np.float32)
+    w = self.np_rng.normal(size=(1, 3, 3, 2, 3)).astype(np.float32)
     y = layer.apply({'params': {'w': w}}, x)
     expected = _np_conv2d(x[:, 0], w[0], (1, 1), (1, 1), ((1, 1), (1, 1)))
     self.assertAllClose(y[:, 0], expected, atol=1e-4)
@@ -188,7 +188,7 @@ class Conv3DTest(test_utils.TestCase):
 class ConvBNActTest(test_utils.TestCase):
 
   def test_conv_batch_norm_relu(self):
-    x = self.rng.normal(size=(2, 4, 4, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 4, 4, 2)).astype(np.float32)
     layer = _make(
         convolutions.ConvBNAct, filter_shape=(3, 3, 2, 3),
         filter_stride=(1, 1),
@@ -197,7 +197,7 @@ class ConvBNActTest(test_utils.TestCase):
         _shapes(layer, x)[NON_TRAINABLE],
         {'bn': {'moving_mean': (3,), 'moving_variance': (3,)}},
     )
-    variables = _random_variables(self.rng, layer, x)
+    variables = _random_variables(self.np_rng, layer, x)
     params = variables['params']
     y, _ = _jit_apply(layer, variables, x, mutable=[NON_TRAINABLE])
     conv = _np_conv2d(x, params['w'], (1, 1), (1, 1), ((1, 1), (1, 1)))
@@ -209,14 +209,14 @@ class ConvBNActTest(test_utils.TestCase):
 
   @parameterized.parameters('SAME', 'VALID')
   def test_with_padding_strided(self, padding):
-    x = self.rng.normal(size=(2, 6, 3, 1)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 6, 3, 1)).astype(np.float32)
     pad = np.zeros((2, 6), np.float32)
     pad[1, 3:] = 1.0
     layer = _make(
         convolutions.ConvBNActWithPadding, filter_shape=(2, 1, 1, 2),
         filter_stride=(2, 1), padding=padding, batch_norm_tpl=None,
     )
-    variables = _random_variables(self.rng, layer, x, pad)
+    variables = _random_variables(self.np_rng, layer, x, pad)
     w = variables['params']['w']
     y, out_pad = layer.apply(variables, x, pad)
     if padding == 'SAME':
@@ -253,7 +253,7 @@ class DepthwiseConv1DTest(test_utils.TestCase):
 
   @parameterized.parameters((False, 1), (True, 2))
   def test_matches_numpy(self, causal, dilation):
-    x = self.rng.normal(size=(2, 6, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 6, 3)).astype(np.float32)
     pad = np.zeros((2, 6), np.float32)
     pad[0, 4:] = 1.0
     layer = _make(
@@ -263,8 +263,8 @@ class DepthwiseConv1DTest(test_utils.TestCase):
     self.assertEqual(
         _shapes(layer, x, pad)['params'], {'w': (3, 1, 6), 'b': (6,)}
     )
-    w = self.rng.normal(size=(3, 1, 6)).astype(np.float32)
-    b = self.rng.normal(size=6).astype(np.float32)
+    w = self.np_rng.normal(size=(3, 1, 6)).astype(np.float32)
+    b = self.np_rng.normal(size=6).astype(np.float32)
     y = layer.apply({'params': {'w': w, 'b': b}}, x, pad)
     masked = x * (1 - pad)[..., None]
     expected = _np_depthwise(masked, w, dilation, causal) + b
@@ -275,8 +275,8 @@ class DepthwiseConv1DTest(test_utils.TestCase):
         convolutions.DepthwiseConv1D, filter_shape=(3, 2, 1),
         use_2d_conv_weight_shape=True,
     )
-    x = self.rng.normal(size=(1, 4, 2)).astype(np.float32)
-    variables = _random_variables(self.rng, layer, x)
+    x = self.np_rng.normal(size=(1, 4, 2)).astype(np.float32)
+    variables = _random_variables(self.np_rng, layer, x)
     w = variables['params']['w']
     self.assertEqual(w.shape, (3, 1, 2, 1))
     y = layer.apply(variables, x)
@@ -287,11 +287,11 @@ class LightConv1DTest(test_utils.TestCase):
 
   def test_matches_numpy(self):
     d = 4
-    x = self.rng.normal(size=(2, 5, d)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 5, d)).astype(np.float32)
     pad = np.zeros((2, 5), np.float32)
     pad[1, 3:] = 1.0
     layer = _make(convolutions.LightConv1D, input_dims=d, kernel_size=3)
-    variables = _random_variables(self.rng, layer, x, pad)
+    variables = _random_variables(self.np_rng, layer, x, pad)
     params = variables['params']
     self.assertEqual(params['depthwise_conv1d']['w'].shape, (3, 1, d))
     y, _ = _jit_apply(layer, variables, x, pad, mutable=[NON_TRAINABLE])

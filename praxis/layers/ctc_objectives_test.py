@@ -58,12 +58,12 @@ class LossTest(test_utils.TestCase):
 
   def test_forward_algorithm_agrees_with_brute_force(self):
     # Checks the numpy reference itself on a case small enough to enumerate.
-    logits = self.rng.normal(size=(4, 3))
+    logits = self.np_rng.normal(size=(4, 3))
     self.assertAllClose(_np_ctc_loss(logits, [1, 1]),
                         _brute_force_loss(logits, [1, 1]), check_dtypes=False)
 
   def test_loss_matches_numpy_with_paddings(self):
-    logits = self.rng.normal(size=(2, 6, 4)).astype(np.float32)
+    logits = self.np_rng.normal(size=(2, 6, 4)).astype(np.float32)
     logitpaddings = np.array([[0] * 6, [0] * 4 + [1] * 2], np.float32)
     labels = np.array([[1, 2, 2], [3, 1, 0]], np.int32)
     labelpaddings = np.array([[0, 0, 0], [0, 0, 1]], np.float32)

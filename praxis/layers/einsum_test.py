@@ -29,11 +29,11 @@ class EinsumTest(test_utils.TestCase):
   def test_multi_head_projection_with_bias(self):
     layer = einsum_layer(eqn='...d,dnh->...nh', w_shape=(4, 2, 3),
                          use_bias=True)
-    x = self.rng.standard_normal((2, 5, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 5, 4)).astype(np.float32)
     variables = layer.init(jax.random.PRNGKey(0), x)
     self.assertArraysEqual(variables['params']['b'], np.zeros((2, 3)))
     variables = jax.tree.map(
-        lambda v: self.rng.standard_normal(v.shape).astype(np.float32),
+        lambda v: self.np_rng.standard_normal(v.shape).astype(np.float32),
         variables,
     )
     w, b = variables['params']['w'], variables['params']['b']
@@ -45,7 +45,7 @@ class EinsumTest(test_utils.TestCase):
 
   def test_without_bias_has_only_w(self):
     layer = einsum_layer(eqn='btnh,dnh->btd', w_shape=(4, 2, 3))
-    x = self.rng.standard_normal((1, 2, 2, 3)).astype(np.float32)
+    x = self.np_rng.standard_normal((1, 2, 2, 3)).astype(np.float32)
     y, variables = test_utils.init_and_apply(layer, x)
     self.assertEqual(list(variables['params']), ['w'])
     w = np.asarray(variables['params']['w'])

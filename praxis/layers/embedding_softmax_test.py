@@ -78,7 +78,7 @@ class EmbeddingTest(test_utils.TestCase):
 
   @parameterized.parameters('index', 'matmul')
   def test_lookup_styles_match_numpy(self, style):
-    table = self.rng.normal(size=(7, 3)).astype(np.float32)
+    table = self.np_rng.normal(size=(7, 3)).astype(np.float32)
     ids = np.array([[0, 6, 3], [3, 3, 1]])
     emb = _make(
         embedding_softmax.Embedding, input_dims=3, num_classes=7,
@@ -88,7 +88,7 @@ class EmbeddingTest(test_utils.TestCase):
     self.assertAllClose(out, table[ids] * np.sqrt(3.0), atol=1e-6)
 
   def test_nan_for_out_of_range_ids(self):
-    table = self.rng.normal(size=(4, 2)).astype(np.float32)
+    table = self.np_rng.normal(size=(4, 2)).astype(np.float32)
     emb = _make(
         embedding_softmax.Embedding, input_dims=2, num_classes=4,
         set_nan_for_oob_id=True,
@@ -120,7 +120,7 @@ class MatmulLookupTest(test_utils.TestCase):
   def _check(self, layer, variables, table_of, ids):
     v = table_of(variables).shape[0]
     one_hot = (ids[..., None] == np.arange(v)).astype(np.float32)
-    cot = self.rng.normal(size=ids.shape + (3,)).astype(np.float32)
+    cot = self.np_rng.normal(size=ids.shape + (3,)).astype(np.float32)
 
     def loss(variables):
       out = layer.apply(variables, jnp.asarray(ids), method=layer.emb_lookup)
@@ -137,7 +137,7 @@ class MatmulLookupTest(test_utils.TestCase):
   def test_embedding(self):
     emb = _make(embedding_softmax.Embedding, input_dims=3, num_classes=7,
                 lookup_style='matmul')
-    table = self.rng.normal(size=(7, 3)).astype(np.float32)
+    table = self.np_rng.normal(size=(7, 3)).astype(np.float32)
     ids = np.array([[0, 6, 3, 3], [3, -1, 7, 1]])
     self._check(emb, {'params': {'emb_var': table}},
                 lambda v: v['params']['emb_var'], ids)
@@ -190,11 +190,11 @@ class FullSoftmaxTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.x = self.rng.normal(size=(2, 3, 4)).astype(np.float32)
-    self.w = self.rng.normal(size=(4, 5)).astype(np.float32)
-    self.b = self.rng.normal(size=5).astype(np.float32)
-    self.ids = self.rng.integers(0, 5, size=(2, 3, 1))
-    self.weights = self.rng.uniform(0.5, 1.0, size=(2, 3, 1)).astype(
+    self.x = self.np_rng.normal(size=(2, 3, 4)).astype(np.float32)
+    self.w = self.np_rng.normal(size=(4, 5)).astype(np.float32)
+    self.b = self.np_rng.normal(size=5).astype(np.float32)
+    self.ids = self.np_rng.integers(0, 5, size=(2, 3, 1))
+    self.weights = self.np_rng.uniform(0.5, 1.0, size=(2, 3, 1)).astype(
         np.float32
     )
     self.variables = {
@@ -243,7 +243,7 @@ class FullSoftmaxTest(test_utils.TestCase):
 
   def test_class_probabilities(self):
     layer = _make(embedding_softmax.FullSoftmax, input_dims=4, num_classes=5)
-    probs = self.rng.dirichlet(np.ones(5), size=(2, 3)).astype(np.float32)
+    probs = self.np_rng.dirichlet(np.ones(5), size=(2, 3)).astype(np.float32)
     out = _apply(layer, self.variables, self.x, self.weights,
                       class_probabilities=probs)
     log_probs = _np_log_softmax(self.x @ self.w + self.b)
@@ -270,8 +270,8 @@ class FullSoftmaxTest(test_utils.TestCase):
     self.assertAllClose(aux.value, z_loss, atol=1e-5)
 
   def test_chunked_matches_full(self):
-    x = self.rng.normal(size=(2, 5, 4)).astype(np.float32)
-    ids = self.rng.integers(0, 5, size=(2, 5))
+    x = self.np_rng.normal(size=(2, 5, 4)).astype(np.float32)
+    ids = self.np_rng.integers(0, 5, size=(2, 5))
     weights = np.ones((2, 5), np.float32)
     kwargs = {'input_dims': 4, 'num_classes': 5, 'label_smoothing_prob': 0.1,
               'scale_before_logits': True}
@@ -295,8 +295,8 @@ class FullSoftmaxTest(test_utils.TestCase):
     # probabilities or a z-loss get the whole softmax, logits included.
     kwargs = {'input_dims': 4, 'num_classes': 5}
     layer = _make(embedding_softmax.FullSoftmax, chunk_size=4, **kwargs)
-    x = self.rng.normal(size=(2, 3, 4)).astype(np.float32)
-    ids = self.rng.integers(0, 5, size=(2, 3))
+    x = self.np_rng.normal(size=(2, 3, 4)).astype(np.float32)
+    ids = self.np_rng.integers(0, 5, size=(2, 3))
     probs = np.full((2, 3, 5), 0.2, np.float32)
     cases = (
         (x[:, 0], np.ones((2, 1), np.float32), dict(class_ids=ids[:, :1])),
@@ -332,8 +332,8 @@ class SharedEmbeddingSoftmaxTest(test_utils.TestCase):
     layer = _make(
         embedding_softmax.SharedEmbeddingSoftmax, input_dims=4, num_classes=6
     )
-    x = self.rng.normal(size=(2, 3, 4)).astype(np.float32)
-    labels = self.rng.integers(0, 6, size=(2, 3))
+    x = self.np_rng.normal(size=(2, 3, 4)).astype(np.float32)
+    labels = self.np_rng.integers(0, 6, size=(2, 3))
     weights = np.ones((2, 3), np.float32)
     with base_layer.JaxContext.new_context():
       variables = layer.init(
@@ -356,7 +356,7 @@ class SharedEmbeddingSoftmaxTest(test_utils.TestCase):
         embedding_softmax.SharedEmbeddingSoftmax, input_dims=3, num_classes=5,
         lookup_style=style, scale_sqrt_depth=True,
     )
-    w = self.rng.normal(size=(3, 5)).astype(np.float32)
+    w = self.np_rng.normal(size=(3, 5)).astype(np.float32)
     variables = {'params': {'logits_ffn': {
         'linear': {'w': w}, 'bias': {'b': np.zeros(5, np.float32)}}}}
     ids = np.array([[4, 0], [2, 2]])
@@ -367,9 +367,9 @@ class SharedEmbeddingSoftmaxTest(test_utils.TestCase):
 class OtherSoftmaxTest(test_utils.TestCase):
 
   def test_sigmoid_cross_entropy(self):
-    x = self.rng.normal(size=(3, 4)).astype(np.float32)
-    w = self.rng.normal(size=(4, 2)).astype(np.float32)
-    probs = self.rng.uniform(size=(3, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(3, 4)).astype(np.float32)
+    w = self.np_rng.normal(size=(4, 2)).astype(np.float32)
+    probs = self.np_rng.uniform(size=(3, 2)).astype(np.float32)
     weights = np.array([[1.0], [0.5], [0.0]], np.float32)
     layer = _make(
         embedding_softmax.SigmoidCrossEntropy, input_dims=4, num_classes=2
@@ -385,9 +385,9 @@ class OtherSoftmaxTest(test_utils.TestCase):
                         atol=1e-5)
 
   def test_gshard_softmax(self):
-    x = self.rng.normal(size=(2, 3, 4)).astype(np.float32)
-    table = self.rng.normal(size=(5, 4)).astype(np.float32)
-    ids = self.rng.integers(0, 5, size=(2, 3, 1))
+    x = self.np_rng.normal(size=(2, 3, 4)).astype(np.float32)
+    table = self.np_rng.normal(size=(5, 4)).astype(np.float32)
+    ids = self.np_rng.integers(0, 5, size=(2, 3, 1))
     weights = np.ones((2, 3, 1), np.float32)
     weights[1, 2] = 0.0
     layer = _make(
@@ -470,7 +470,7 @@ def _np_rotary(x, position, min_ts=1.0, max_ts=10000.0):
 class RotaryPositionalEmbeddingTest(test_utils.TestCase):
 
   def test_matches_numpy_rotation(self):
-    x = self.rng.normal(size=(2, 4, 2, 6)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 4, 2, 6)).astype(np.float32)
     layer = _make(
         embedding_softmax.RotaryPositionalEmbedding, embedding_dims=6
     )
@@ -485,7 +485,7 @@ class RotaryPositionalEmbeddingTest(test_utils.TestCase):
     )
 
   def test_extend_step_matches_full_sequence(self):
-    x = self.rng.normal(size=(2, 5, 1, 4)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 5, 1, 4)).astype(np.float32)
     layer = _make(
         embedding_softmax.RotaryPositionalEmbedding, embedding_dims=4
     )
@@ -507,7 +507,7 @@ class TrainablePositionalEmbeddingTest(test_utils.TestCase):
 
   @parameterized.parameters('index', 'matmul')
   def test_rows_of_the_table(self, style):
-    table = self.rng.normal(size=(8, 3)).astype(np.float32)
+    table = self.np_rng.normal(size=(8, 3)).astype(np.float32)
     layer = _make(
         embedding_softmax.TrainablePositionalEmbedding, embedding_dims=3,
         max_seq_length=8, lookup_style=style,

@@ -72,7 +72,7 @@ class ResetMaskTest(test_utils.TestCase):
 class NumpyTest(test_utils.TestCase):
 
   def _inputs(self):
-    r = self.rng
+    r = self.np_rng
     x = r.normal(size=(2, 5, 3)).astype(np.float32)
     padding = np.zeros((2, 5, 1), np.float32)
     padding[1, 3:] = 1.0

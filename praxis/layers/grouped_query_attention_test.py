@@ -65,11 +65,11 @@ class GroupedQueryAttentionTest(test_utils.TestCase):
 
   def _setup(self, **kwargs):
     layer = base_layer.instantiate(config(**kwargs))
-    x = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    x = self.np_rng.standard_normal((B, T, D)).astype(np.float32)
     mask = gqa.causal_mask(T)
     variables = jax.eval_shape(layer.init, jax.random.PRNGKey(0), x, x, x, mask)
     variables = jax.tree.map(
-        lambda v: jnp.asarray(0.5 * self.rng.standard_normal(v.shape),
+        lambda v: jnp.asarray(0.5 * self.np_rng.standard_normal(v.shape),
                               jnp.float32),
         variables,
     )

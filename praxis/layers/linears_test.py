@@ -28,8 +28,8 @@ def random_like(rng, variables):
 class ProjectLastDimTest(test_utils.TestCase):
 
   def test_matches_matmul_over_last_dim(self):
-    x = self.rng.standard_normal((2, 3, 4)).astype(np.float32)
-    w = self.rng.standard_normal((4, 5)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 3, 4)).astype(np.float32)
+    w = self.np_rng.standard_normal((4, 5)).astype(np.float32)
     expected = np.stack([x[i] @ w for i in range(2)])
     self.assertAllClose(linears.project_last_dim(x, w), expected, atol=1e-5)
 
@@ -46,7 +46,7 @@ class LinearTest(test_utils.TestCase):
             linears.Linear, name='lin', input_dims=4, output_dims=3
         )
     )
-    x = self.rng.standard_normal((2, 5, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 5, 4)).astype(np.float32)
     y, variables = test_utils.init_and_apply(layer, x)
     w = np.asarray(variables['params']['w'])
     self.assertEqual(w.shape, (4, 3))
@@ -120,8 +120,8 @@ class ShardedLinearTest(test_utils.TestCase):
 
   def test_jitted_sharded_forward_matches_numpy(self):
     layer = instantiate(self._config())
-    x = self.rng.standard_normal((2, 4)).astype(np.float32)
-    w = self.rng.standard_normal((4, 8)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 4)).astype(np.float32)
+    w = self.np_rng.standard_normal((4, 8)).astype(np.float32)
     devices = np.array(jax.devices()[:8]).reshape(1, 2, 4)
     mesh = jax.sharding.Mesh(devices, ('replica', 'data', 'mdl'))
     w_sharding = jax.sharding.NamedSharding(mesh, PartitionSpec('data', 'mdl'))
@@ -138,7 +138,7 @@ class BiasTest(test_utils.TestCase):
     layer = instantiate(
         pax_fiddle.Config(linears.Bias, name='b', dims=3, bias_init=0.25)
     )
-    x = self.rng.standard_normal((2, 3)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 3)).astype(np.float32)
     y, variables = test_utils.init_and_apply(layer, x)
     self.assertArraysEqual(variables['params']['b'], np.full((3,), 0.25))
     self.assertAllClose(y, x + 0.25)
@@ -152,13 +152,13 @@ class FeedForwardTest(test_utils.TestCase):
             linears.FeedForward, name='ffn', input_dims=4, output_dims=3
         )
     )
-    x = self.rng.standard_normal((5, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((5, 4)).astype(np.float32)
     variables = layer.init(jax.random.PRNGKey(0), x)
     self.assertEqual(
         jax.tree.map(np.shape, variables),
         {'params': {'linear': {'w': (4, 3)}, 'bias': {'b': (3,)}}},
     )
-    variables = random_like(self.rng, variables)  # A non-zero bias.
+    variables = random_like(self.np_rng, variables)  # A non-zero bias.
     p = variables['params']
     y = layer.apply(variables, x)
     self.assertAllClose(
@@ -176,7 +176,7 @@ class FeedForwardTest(test_utils.TestCase):
             activation_tpl=pax_fiddle.Config(activations.Tanh),
         )
     )
-    x = self.rng.standard_normal((5, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((5, 4)).astype(np.float32)
     y, variables = test_utils.init_and_apply(layer, x)
     self.assertNotIn('bias', variables['params'])
     w = np.asarray(variables['params']['linear']['w'])
@@ -213,9 +213,9 @@ class MLPBlockTest(test_utils.TestCase):
 
   def test_three_layers_match_numpy(self):
     layer = instantiate(self._config())
-    x = self.rng.standard_normal((3, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((3, 4)).astype(np.float32)
     variables = random_like(
-        self.rng, layer.init(jax.random.PRNGKey(0), x)
+        self.np_rng, layer.init(jax.random.PRNGKey(0), x)
     )
     p = variables['params']
     shapes = [p[f'mlp_layers_{i}']['linear']['w'].shape for i in range(3)]
@@ -228,9 +228,9 @@ class MLPBlockTest(test_utils.TestCase):
 
   def test_activate_final_false_leaves_last_layer_linear(self):
     layer = instantiate(self._config(num_layers=2, activate_final=False))
-    x = self.rng.standard_normal((3, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((3, 4)).astype(np.float32)
     variables = random_like(
-        self.rng, layer.init(jax.random.PRNGKey(0), x)
+        self.np_rng, layer.init(jax.random.PRNGKey(0), x)
     )
     p0, p1 = variables['params']['mlp_layers_0'], variables['params'][
         'mlp_layers_1']
@@ -287,7 +287,7 @@ class StackingOverTimeTest(test_utils.TestCase):
 
   def test_unstack_recovers_the_input(self):
     layer = self._layer(left_context=2, right_context=1, stride=3)
-    x = self.rng.standard_normal((2, 9, 3)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 9, 3)).astype(np.float32)
     (stacked, _), variables = test_utils.init_and_apply(layer, x)
     unstacked = layer.apply(variables, stacked, method=layer.unstack)
     # (steps - 1) * stride + right_context + 1 = 2 * 3 + 2 = 8 frames.

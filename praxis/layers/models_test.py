@@ -77,7 +77,7 @@ class LanguageModelMetricsTest(test_utils.TestCase):
 
   def test_metrics_match_numpy(self):
     _, variables, apply = packed_model()
-    ids = self.rng.integers(0, VOCAB, (B, T))
+    ids = self.np_rng.integers(0, VOCAB, (B, T))
     paddings = np.array([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]])
     weights = np.array([[1, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 0]], np.float32)
     batch = lm_batch(ids, paddings, weights)
@@ -102,8 +102,8 @@ class LanguageModelMetricsTest(test_utils.TestCase):
 
   def test_packed_sequences_score_as_unpacked(self):
     _, variables, apply = packed_model()
-    a, b = self.rng.integers(0, VOCAB, (2, 3))
-    a_labels, b_labels = self.rng.integers(0, VOCAB, (2, 3))
+    a, b = self.np_rng.integers(0, VOCAB, (2, 3))
+    a_labels, b_labels = self.np_rng.integers(0, VOCAB, (2, 3))
     packed = lm_batch(
         [np.r_[a, b], np.zeros(T, int)], [np.zeros(T), np.ones(T)],
         [np.ones(T), np.zeros(T)],
@@ -323,7 +323,7 @@ class BertModelTest(test_utils.TestCase):
                      model_type=LanguageModelType.BIDIRECTIONAL)
     model = instantiate(pax_fiddle.Config(models.BertModel, name='bert',
                                           lm_tpl=lm_p, mask_token_id=15))
-    labels = self.rng.integers(0, 15, (B, T))
+    labels = self.np_rng.integers(0, 15, (B, T))
     masked_pos = np.array([[0, 1, 0, 0, 1, 0], [1, 0, 0, 1, 0, 0]],
                           np.float32)
     batch = NestedMap(
@@ -333,7 +333,7 @@ class BertModelTest(test_utils.TestCase):
         paddings=jnp.asarray([[0.0] * T, [0, 0, 0, 0, 1, 1]]),
         segment_ids=jnp.asarray([[1, 1, 1, 2, 2, 2], [1, 1, 1, 1, 0, 0]]),
         segment_pos=jnp.asarray([[0, 1, 2, 0, 1, 2], [0, 1, 2, 3, 0, 0]]))
-    variables = random_variables(self.rng, model, batch)
+    variables = random_variables(self.np_rng, model, batch)
     predictions, (metrics, _) = jax.jit(lambda v: model.apply(
         v, batch, method=lambda m, b: (m.compute_predictions(b), m(b))))(
             variables)
@@ -347,8 +347,8 @@ class BertModelTest(test_utils.TestCase):
     self.assertAllClose(metrics.num_seqs[0], np.float32(3))
 
   def test_mask_lm_inputs_statistics(self):
-    ids = jnp.asarray(self.rng.integers(1, 100, (128, 128)))
-    paddings = jnp.asarray(self.rng.integers(0, 2, (128, 128)), jnp.float32)
+    ids = jnp.asarray(self.np_rng.integers(1, 100, (128, 128)))
+    paddings = jnp.asarray(self.np_rng.integers(0, 2, (128, 128)), jnp.float32)
     out, picked = models.mask_lm_inputs(jax.random.PRNGKey(0), ids, paddings,
                                         vocab_size=100, mask_token_id=0)
     out, picked = np.asarray(out), np.asarray(picked) > 0
@@ -383,14 +383,14 @@ class SequenceModelTest(test_utils.TestCase):
     model = instantiate(pax_fiddle.Config(
         models.SequenceModel, name='seq', model_tpl=p, return_predictions=True,
         decoder_tpl=decoder_hparams.GreedyDecoderHParams(seqlen=T, eos_id=-1)))
-    src = NestedMap(ids=jnp.asarray(self.rng.integers(1, VOCAB, (B, 4))),
+    src = NestedMap(ids=jnp.asarray(self.np_rng.integers(1, VOCAB, (B, 4))),
                     paddings=jnp.array([[0.0, 0, 1, 1], [0, 0, 0, 0]]))
-    tgt_ids = self.rng.integers(1, VOCAB, (B, T))
+    tgt_ids = self.np_rng.integers(1, VOCAB, (B, T))
     tgt = NestedMap(ids=jnp.asarray(tgt_ids),
                     labels=jnp.asarray(np.roll(tgt_ids, -1, 1)),
                     weights=jnp.ones((B, T)), paddings=jnp.zeros((B, T)))
     batch = NestedMap(src=src, tgt=tgt)
-    variables = random_variables(self.rng, model, batch)
+    variables = random_variables(self.np_rng, model, batch)
     forward = jax.jit(model.apply)
     (metrics, predictions) = forward(variables, batch)
     logp = np_log_softmax(np.asarray(predictions.logits, np.float64))

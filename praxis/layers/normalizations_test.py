@@ -40,7 +40,7 @@ def _np_layer_norm(x, scale, bias, eps):
 class ComputeMomentsTest(test_utils.TestCase):
 
   def test_padded_entries_are_excluded(self):
-    x = self.rng.normal(size=(3, 4, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(3, 4, 2)).astype(np.float32)
     pad = np.zeros((3, 4, 1), np.float32)
     pad[0, 2:] = 1.0
     pad[2, 1] = 1.0
@@ -58,30 +58,30 @@ class ComputeMomentsTest(test_utils.TestCase):
 class LayerNormTest(test_utils.TestCase):
 
   def test_matches_numpy_with_learned_scale_and_bias(self):
-    x = self.rng.normal(size=(2, 3, 6)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 3, 6)).astype(np.float32)
     layer = _make(normalizations.LayerNorm, dim=6, epsilon=1e-3)
     variables = _init(layer, x)
     self.assertAllClose(variables['params']['scale'], np.zeros(6))
-    scale = self.rng.normal(size=6).astype(np.float32)
-    bias = self.rng.normal(size=6).astype(np.float32)
+    scale = self.np_rng.normal(size=6).astype(np.float32)
+    bias = self.np_rng.normal(size=6).astype(np.float32)
     variables = {'params': {'scale': scale, 'bias': bias}}
     y = _apply(layer, variables, x)
     self.assertAllClose(y, _np_layer_norm(x, 1 + scale, bias, 1e-3), atol=1e-5)
 
   def test_direct_scale_without_bias(self):
-    x = self.rng.normal(size=(4, 5)).astype(np.float32)
+    x = self.np_rng.normal(size=(4, 5)).astype(np.float32)
     layer = _make(
         normalizations.LayerNorm, dim=5, direct_scale=True, use_bias=False
     )
     variables = _init(layer, x)
     self.assertEqual(set(variables['params']), {'scale'})
     self.assertAllClose(variables['params']['scale'], np.ones(5))
-    scale = self.rng.normal(size=5).astype(np.float32)
+    scale = self.np_rng.normal(size=5).astype(np.float32)
     y = _apply(layer, {'params': {'scale': scale}}, x)
     self.assertAllClose(y, _np_layer_norm(x, scale, 0.0, 1e-6), atol=1e-5)
 
   def test_reductions_in_fp32_keeps_dtype(self):
-    x = self.rng.normal(size=(2, 8)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 8)).astype(np.float32)
     layer = _make(
         normalizations.LayerNorm, dim=8, reductions_in_fp32=True,
         use_scale=False, use_bias=False,
@@ -107,8 +107,8 @@ class LayerNormTest(test_utils.TestCase):
 class RmsNormTest(test_utils.TestCase):
 
   def test_matches_numpy(self):
-    x = self.rng.normal(size=(3, 6)).astype(np.float32)
-    scale = self.rng.normal(size=6).astype(np.float32)
+    x = self.np_rng.normal(size=(3, 6)).astype(np.float32)
+    scale = self.np_rng.normal(size=6).astype(np.float32)
     rms = np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6)
     for direct, multiplier in ((True, scale), (False, 1 + scale)):
       layer = _make(normalizations.RmsNorm, dim=6, direct_scale=direct)
@@ -118,7 +118,7 @@ class RmsNormTest(test_utils.TestCase):
       self.assertAllClose(y, x / rms * multiplier, atol=1e-5)
 
   def test_no_scale(self):
-    x = self.rng.normal(size=(3, 6)).astype(np.float32)
+    x = self.np_rng.normal(size=(3, 6)).astype(np.float32)
     layer = _make(normalizations.RmsNormNoScale, dim=6)
     variables = _init(layer, x)
     self.assertEqual(variables.get('params', {}), {})
@@ -128,7 +128,7 @@ class RmsNormTest(test_utils.TestCase):
     )
 
   def test_identity(self):
-    x = self.rng.normal(size=(2, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 3)).astype(np.float32)
     layer = _make(normalizations.IdentityNorm, dim=3)
     self.assertArraysEqual(_apply(layer, {}, x), x)
 
@@ -138,8 +138,8 @@ class BatchNormTest(test_utils.TestCase):
   def test_train_two_steps_then_eval(self):
     decay = 0.9
     layer = _make(normalizations.BatchNorm, dim=3, decay=decay)
-    x1 = self.rng.normal(size=(2, 4, 3)).astype(np.float32) * 2 + 1
-    x2 = self.rng.normal(size=(2, 4, 3)).astype(np.float32) - 3
+    x1 = self.np_rng.normal(size=(2, 4, 3)).astype(np.float32) * 2 + 1
+    x2 = self.np_rng.normal(size=(2, 4, 3)).astype(np.float32) - 3
     pad = np.zeros((2, 4), np.float32)
     pad[0, 3] = 1.0
     pad[1, 1:] = 1.0
@@ -148,8 +148,8 @@ class BatchNormTest(test_utils.TestCase):
     self.assertAllClose(
         variables[NON_TRAINABLE]['moving_variance'], np.ones(3)
     )
-    gamma = self.rng.normal(size=3).astype(np.float32)
-    beta = self.rng.normal(size=3).astype(np.float32)
+    gamma = self.np_rng.normal(size=3).astype(np.float32)
+    beta = self.np_rng.normal(size=3).astype(np.float32)
     variables['params'] = {'gamma': gamma, 'beta': beta}
 
     keep = pad == 0
@@ -216,7 +216,7 @@ class BatchNormTest(test_utils.TestCase):
 
   def test_force_eval_mode_keeps_moving_stats(self):
     layer = _make(normalizations.BatchNorm, dim=2, force_eval_mode=True)
-    x = self.rng.normal(size=(4, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(4, 2)).astype(np.float32)
     variables = _init(layer, x)
     y, updated = _apply(layer, variables, x, mutable=[NON_TRAINABLE])
     self.assertAllClose(updated[NON_TRAINABLE]['moving_mean'], np.zeros(2))
@@ -231,14 +231,14 @@ class BatchNormTest(test_utils.TestCase):
 class GroupNormTest(test_utils.TestCase):
 
   def test_rank4_matches_numpy(self):
-    x = self.rng.normal(size=(2, 3, 2, 8)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 3, 2, 8)).astype(np.float32)
     layer = _make(
         normalizations.GroupNorm, dim=8, num_groups=4, input_rank=4
     )
     variables = _init(layer, x)
     self.assertEqual(variables['params']['gamma'].shape, (1, 1, 1, 8))
-    gamma = self.rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
-    beta = self.rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
+    gamma = self.np_rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
+    beta = self.np_rng.normal(size=(1, 1, 1, 8)).astype(np.float32)
     y = _apply(layer, {'params': {'gamma': gamma, 'beta': beta}}, x)
     g = x.reshape(2, 3, 2, 4, 2)
     mean = g.mean(axis=(1, 2, 4), keepdims=True)
@@ -247,7 +247,7 @@ class GroupNormTest(test_utils.TestCase):
     self.assertAllClose(y, expected * (1 + gamma) + beta, atol=1e-5)
 
   def test_rank3_with_paddings(self):
-    x = self.rng.normal(size=(2, 5, 4)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 5, 4)).astype(np.float32)
     pad = np.zeros((2, 5), np.float32)
     pad[1, 3:] = 1.0
     layer = _make(
@@ -265,7 +265,7 @@ class GroupNormTest(test_utils.TestCase):
     self.assertAllClose(y, expected, atol=1e-5)
 
   def test_cumulative_uses_past_steps_only(self):
-    x = self.rng.normal(size=(1, 4, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 4, 2)).astype(np.float32)
     pad = np.zeros((1, 4), np.float32)
     layer = _make(
         normalizations.GroupNorm, dim=2, num_groups=1, input_rank=3,
@@ -306,19 +306,19 @@ class GroupNormTest(test_utils.TestCase):
 class WeightNormTest(test_utils.TestCase):
 
   def test_weight_norm_l2(self):
-    w = self.rng.normal(size=(3, 2, 4)).astype(np.float32)
+    w = self.np_rng.normal(size=(3, 2, 4)).astype(np.float32)
     layer = _make(normalizations.WeightNormL2, dim=4)
-    g = self.rng.normal(size=4).astype(np.float32)
+    g = self.np_rng.normal(size=4).astype(np.float32)
     y = _apply(layer, {'params': {'g': g}}, w)
     norm = np.sqrt((w**2).sum(axis=(0, 1), keepdims=True))
     self.assertAllClose(y, w / norm * (1 + g), atol=1e-5)
 
   def test_spectral_norm_divides_by_top_singular_value(self):
-    w = self.rng.normal(size=(5, 3)).astype(np.float32)
+    w = self.np_rng.normal(size=(5, 3)).astype(np.float32)
     _, singular_values, vt = np.linalg.svd(w)
     layer = _make(normalizations.SpectralNorm, dim=3)
     # Power iteration from a vector near the top right-singular vector.
-    u0 = (vt[0] + 0.01 * self.rng.normal(size=3)).astype(np.float32)
+    u0 = (vt[0] + 0.01 * self.np_rng.normal(size=3)).astype(np.float32)
     variables = {NON_TRAINABLE: {'u': u0}}
     y, updated = _apply(layer, variables, w, mutable=[NON_TRAINABLE])
     self.assertAllClose(y, w / singular_values[0], atol=1e-4)

@@ -102,9 +102,9 @@ class PipelineTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.x = self.rng.standard_normal((BATCH, DIM)).astype(np.float32)
-    self.paddings = (self.rng.random(BATCH) < 0.25).astype(np.float32)
-    self.target = self.rng.standard_normal((BATCH, DIM)).astype(np.float32)
+    self.x = self.np_rng.standard_normal((BATCH, DIM)).astype(np.float32)
+    self.paddings = (self.np_rng.random(BATCH) < 0.25).astype(np.float32)
+    self.target = self.np_rng.standard_normal((BATCH, DIM)).astype(np.float32)
 
   @parameterized.named_parameters(
       ('gpipe_nan_bubbles', 4, 1, False, 8,
@@ -124,7 +124,7 @@ class PipelineTest(test_utils.TestCase):
     layer = instantiate(cfg)
     mesh = stage_mesh(stages)
     x, paddings, target = self.x, self.paddings, self.target
-    variables, meta = random_variables(self.rng, layer, x, paddings)
+    variables, meta = random_variables(self.np_rng, layer, x, paddings)
     # Stacked as documented: [L, ...], or [R, L, ...] for circular layers.
     prefix = (stages,) if repeat == 1 or share else (repeat, stages)
     self.assertEqual(variables['params']['body']['w'].shape,
@@ -239,10 +239,10 @@ class PipelinedTransformerTest(test_utils.TestCase):
     cfg.weight_split_dims_mapping.stages = ['stage']
     pipelined = instantiate(cfg)
     stacked = instantiate(stage_p.clone().set(name='stack', num_layers=stages))
-    x = self.rng.standard_normal((b, t, d)).astype(np.float32)
+    x = self.np_rng.standard_normal((b, t, d)).astype(np.float32)
     paddings = np.zeros((b, t), np.float32)
     paddings[:3, -1] = 1.0
-    variables, meta = random_variables(self.rng, pipelined, x, paddings,
+    variables, meta = random_variables(self.np_rng, pipelined, x, paddings,
                                        scale=0.2)
     stacked_params = {
         f'x_layers_{i}': jax.tree.map(

@@ -56,7 +56,7 @@ class PoolingTest(test_utils.TestCase):
       ('AVG', 'VALID', 2), ('AVG', 'SAME', 1),
   )
   def test_matches_numpy(self, kind, padding, stride):
-    x = self.rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
     layer = _make(
         poolings.Pooling, window_shape=(3, 2), window_stride=(stride, stride),
         pooling_type=kind, padding=padding,
@@ -69,7 +69,7 @@ class PoolingTest(test_utils.TestCase):
 
   @parameterized.parameters('MAX', 'AVG')
   def test_paddings_are_excluded(self, kind):
-    x = self.rng.normal(size=(2, 6, 4, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 6, 4, 2)).astype(np.float32)
     pad = np.zeros((2, 6), np.float32)
     pad[0, 4:] = 1.0
     pad[1, 1] = 1.0
@@ -124,7 +124,7 @@ class GlobalPoolingTest(test_utils.TestCase):
 
   @parameterized.parameters(('AVG', False), ('MAX', True))
   def test_matches_numpy(self, kind, keepdims):
-    x = self.rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
     layer = _make(
         poolings.GlobalPooling, pooling_type=kind, pooling_dims=[1, 2],
         keepdims=keepdims,
@@ -137,7 +137,7 @@ class GlobalPoolingTest(test_utils.TestCase):
 
   @parameterized.parameters('AVG', 'MAX')
   def test_with_paddings(self, kind):
-    x = self.rng.normal(size=(2, 5, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 5, 3)).astype(np.float32)
     pad = np.zeros((2, 5, 1), np.float32)
     pad[0, 3:] = 1.0
     layer = _make(poolings.GlobalPooling, pooling_type=kind, pooling_dims=[1])
@@ -156,7 +156,7 @@ class Pooling1DTest(test_utils.TestCase):
 
   @parameterized.parameters('AVG', 'MAX')
   def test_matches_numpy(self, kind):
-    x = self.rng.normal(size=(2, 7, 3)).astype(np.float32)
+    x = self.np_rng.normal(size=(2, 7, 3)).astype(np.float32)
     pad = np.zeros((2, 7), np.float32)
     pad[1, 4:] = 1.0
     layer = _make(poolings.Pooling1D, stride=2, window=3, pooling_type=kind)
@@ -176,7 +176,7 @@ class Pooling1DTest(test_utils.TestCase):
     self.assertAllClose(out, expected, atol=1e-5)
 
   def test_window_one_strides(self):
-    x = self.rng.normal(size=(1, 5, 2)).astype(np.float32)
+    x = self.np_rng.normal(size=(1, 5, 2)).astype(np.float32)
     layer = _make(poolings.Pooling1D, stride=2, window=1)
     out, out_pad = _apply(layer, x)
     self.assertArraysEqual(out, x[:, ::2])

@@ -83,7 +83,7 @@ class RepeatTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.x = self.rng.standard_normal((2, 4)).astype(np.float32)
+    self.x = self.np_rng.standard_normal((2, 4)).astype(np.float32)
 
   def test_fprop_matches_loop_over_stacked_weights(self):
     layer = instantiate(repeat_config(pax_fiddle.Config(TanhLayer)))
@@ -190,7 +190,7 @@ class RepeatTest(test_utils.TestCase):
     layer = instantiate(
         repeat_config(pax_fiddle.Config(RunningSum), unroll_in_decode=unroll)
     )
-    x = self.rng.standard_normal((2, 5, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 5, 4)).astype(np.float32)
     variables = layer.init(jax.random.PRNGKey(0), x)
     expected = layer.apply(variables, x)
     _, cache = layer.apply(variables, x[:, :2], mutable=[DECODE_CACHE])
@@ -210,7 +210,7 @@ class RepeatTest(test_utils.TestCase):
     layer = instantiate(
         repeat_config(pax_fiddle.Config(RunningSum), unroll_in_decode=unroll)
     )
-    x = self.rng.standard_normal((2, 3, 4)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 3, 4)).astype(np.float32)
     variables = layer.init(jax.random.PRNGKey(0), x)
     _, cache = layer.apply(variables, x, mutable=[DECODE_CACHE])
     _, new_cache = layer.apply(

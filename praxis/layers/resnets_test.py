@@ -166,8 +166,8 @@ class ResNetBlockTest(test_utils.TestCase):
   def test_bottleneck_block_matches_numpy_train_and_eval(self):
     block = self._block(resnets.ResNetBlock, input_dim=3, output_dim=8,
                         stride=2, kernel_size=3)
-    x = self.rng.normal(size=(2, 5, 5, 3)).astype(np.float32)
-    variables = make_variables(block, x, self.rng)
+    x = self.np_rng.normal(size=(2, 5, 5, 3)).astype(np.float32)
+    variables = make_variables(block, x, self.np_rng)
     v, x64 = merged(variables), x.astype(np.float64)
     # Bottleneck width 8 // 4; the kxk conv and the shortcut stride.
     self.assertEqual(v['body_1']['w'].shape, (3, 3, 2, 2))
@@ -209,8 +209,8 @@ class ResNetBlockTest(test_utils.TestCase):
   def test_basic_block_identity_shortcut_and_droppath(self):
     block = self._block(resnets.ResNetBasicBlock, input_dim=4, output_dim=4,
                         residual_droppath_prob=0.5)
-    x = self.rng.normal(size=(16, 2, 2, 4)).astype(np.float32)
-    variables = make_variables(block, x, self.rng)
+    x = self.np_rng.normal(size=(16, 2, 2, 4)).astype(np.float32)
+    variables = make_variables(block, x, self.np_rng)
     self.assertEqual(sorted(variables['params']), ['body_0', 'body_1'])
     self.assertEqual(variables['params']['body_1']['w'].shape, (3, 3, 4, 4))
     v, x64 = merged(variables), x.astype(np.float64)
@@ -234,8 +234,8 @@ class ResNetBlockTest(test_utils.TestCase):
     for cls, dim in ((resnets.ResNetBlock, 8), (resnets.ResNetBasicBlock, 4)):
       block = self._block(cls, input_dim=dim, output_dim=dim,
                           zero_init_residual=True)
-      x = self.rng.normal(size=(2, 3, 3, dim)).astype(np.float32)
-      variables = make_variables(block, x, self.rng, randomize=False)
+      x = self.np_rng.normal(size=(2, 3, 3, dim)).astype(np.float32)
+      variables = make_variables(block, x, self.np_rng, randomize=False)
       last = f'body_{len(variables["params"]) - 1}'
       # BatchNorm scales by 1 + gamma.
       self.assertAllClose(variables['params'][last]['bn']['gamma'],

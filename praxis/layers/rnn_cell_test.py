@@ -65,7 +65,7 @@ def _run(layer, variables, state0, inputs, do_eval=False, seed=0):
 class NumpyTest(test_utils.TestCase):
 
   def _random_case(self, hidden=4):
-    r = self.rng
+    r = self.np_rng
     act = r.normal(size=(2, 3)).astype(np.float32)
     m0 = r.normal(size=(2, 4)).astype(np.float32)
     c0 = r.normal(size=(2, hidden)).astype(np.float32)
@@ -87,7 +87,7 @@ class NumpyTest(test_utils.TestCase):
 
   def test_projection(self):
     act, m0, c0, wm, b = self._random_case(hidden=6)
-    w_proj = self.rng.normal(size=(6, 4)).astype(np.float32)
+    w_proj = self.np_rng.normal(size=(6, 4)).astype(np.float32)
     layer = _cell(num_hidden_nodes=6)
     inputs = NestedMap(act=act, padding=np.zeros((2, 1), np.float32))
     out = _run(layer, {'params': {'wm': wm, 'b': b, 'w_proj': w_proj}},
@@ -111,7 +111,7 @@ class NumpyTest(test_utils.TestCase):
     self.assertAllClose(out.c[1:], c1, atol=1e-5)
 
   def test_cifg_couples_input_and_forget(self):
-    r = self.rng
+    r = self.np_rng
     act, m0, c0 = (r.normal(size=s).astype(np.float32)
                    for s in [(2, 3), (2, 4), (2, 4)])
     wm = r.normal(size=(7, 12)).astype(np.float32)
@@ -136,7 +136,7 @@ class NumpyTest(test_utils.TestCase):
     self.assertAllClose(out.c, 0.25 * c0 + 0.75 * c1, atol=1e-5)
 
   def test_zoneout_train_keeps_old_units_at_the_rate(self):
-    r = self.rng
+    r = self.np_rng
     b_size = 400
     act = r.normal(size=(b_size, 3)).astype(np.float32)
     m0 = np.full((b_size, 4), 7.0, np.float32)  # tanh output never reaches 7

@@ -53,7 +53,7 @@ class SequentialTest(test_utils.TestCase):
         pax_fiddle.Config(linears.Linear, input_dims=3, output_dims=4),
         pax_fiddle.Config(activations.ReLU),
     )
-    x = self.rng.standard_normal((2, 3)).astype(np.float32)
+    x = self.np_rng.standard_normal((2, 3)).astype(np.float32)
     y, variables = test_utils.init_and_apply(layer, x)
     self.assertEqual(list(variables['params']), ['layers_0'])
     w = np.asarray(variables['params']['layers_0']['w'])

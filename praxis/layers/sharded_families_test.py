@@ -64,10 +64,10 @@ class ShardedFamiliesTest(test_utils.TestCase):
   @parameterized.parameters('dense', 'multi_query', 'grouped_query', 'moe',
                             'ssm', 'lora')
   def test_sharded_forward_equals_single_device(self, family):
-    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    ids = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
     paddings = jnp.zeros((B, T))
     plain = instantiate(_lm(family))
-    variables = random_variables(self.rng, plain, ids, paddings)
+    variables = random_variables(self.np_rng, plain, ids, paddings)
     expected = jax.jit(plain.apply)(variables, ids, paddings).logits
 
     sharded, logits = sharded_logits(_lm(family), variables, ids, paddings,

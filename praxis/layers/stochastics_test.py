@@ -30,12 +30,12 @@ def dropout_layer(**kwargs):
 class DropoutTest(test_utils.TestCase):
 
   def test_identity_in_eval(self):
-    x = self.rng.standard_normal((4, 8)).astype(np.float32)
+    x = self.np_rng.standard_normal((4, 8)).astype(np.float32)
     y = run(dropout_layer(keep_prob=0.5), x, do_eval=True)
     self.assertArraysEqual(y, x)
 
   def test_keep_prob_one_is_identity_in_training(self):
-    x = self.rng.standard_normal((4, 8)).astype(np.float32)
+    x = self.np_rng.standard_normal((4, 8)).astype(np.float32)
     self.assertArraysEqual(dropout_layer(keep_prob=1.0).apply({}, x), x)
 
   def test_train_keeps_about_keep_prob_and_rescales(self):
@@ -122,8 +122,8 @@ class StochasticResidualTest(test_utils.TestCase):
     )
 
   def test_eval_adds_weighted_residual(self):
-    x = self.rng.standard_normal((4, 3)).astype(np.float32)
-    r = self.rng.standard_normal((4, 3)).astype(np.float32)
+    x = self.np_rng.standard_normal((4, 3)).astype(np.float32)
+    r = self.np_rng.standard_normal((4, 3)).astype(np.float32)
     layer = self._layer(residual_weight=0.5, survival_prob=0.3)
     self.assertAllClose(run(layer, x, r, do_eval=True), x + 0.5 * r)
 

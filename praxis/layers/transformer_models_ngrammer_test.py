@@ -56,7 +56,7 @@ def eval_context():
 class NgrammerLmTest(test_utils.TestCase):
 
   def _ids(self):
-    return jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    return jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
 
   def test_stack_input_is_the_ngrammer_of_the_table_rows(self):
     # No position embedding: the stack sees the n-grammer's output for the

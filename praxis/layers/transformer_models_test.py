@@ -97,9 +97,9 @@ class ExtendStepTest(test_utils.TestCase):
   )
   def test_extend_step_matches_the_forward_pass(self, kwargs):
     lm = instantiate(lm_config(**kwargs))
-    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    ids = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
     paddings = jnp.zeros((B, T))
-    variables = random_variables(self.rng, lm, ids, paddings)
+    variables = random_variables(self.np_rng, lm, ids, paddings)
     prefix = 3
 
     def fprop_keeping_prefix(m, ids, paddings):
@@ -129,8 +129,8 @@ class ExtendStepTest(test_utils.TestCase):
 
   def test_extend_step_records_the_activations(self):
     lm = instantiate(lm_config(record_activations_in_xent_output=True))
-    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
-    variables = random_variables(self.rng, lm, ids, jnp.zeros((B, T)))
+    ids = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    variables = random_variables(self.np_rng, lm, ids, jnp.zeros((B, T)))
     full, cache = lm.apply(variables, ids, jnp.zeros((B, T)),
                            mutable=[DECODE_CACHE])
     cache = jax.tree.map(jnp.zeros_like, cache)  # An empty cache of T steps.
@@ -155,9 +155,9 @@ class ExtendStepTest(test_utils.TestCase):
         pax_fiddle.Config(attentions.DotProductAttentionWithLPB,
                           use_rotary_position_emb=True, combine_qkv=True))
     lm = instantiate(p)
-    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    ids = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
     paddings = jnp.zeros((B, T))
-    variables = random_variables(self.rng, lm, ids, paddings)
+    variables = random_variables(self.np_rng, lm, ids, paddings)
     full = jax.jit(lm.apply)(variables, ids, paddings).logits
     # An empty cache of T steps (the forward pass on padding fills it).
     _, cache = jax.jit(functools.partial(lm.apply, mutable=[DECODE_CACHE]))(
@@ -233,10 +233,10 @@ class ShardingTest(test_utils.TestCase):
          'gecm': ['data', None, None, 'mdl']})
 
   def test_sharded_forward_equals_single_device(self):
-    ids = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    ids = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
     paddings = jnp.zeros((B, T))
     plain = instantiate(self._config())
-    variables = random_variables(self.rng, plain, ids, paddings)
+    variables = random_variables(self.np_rng, plain, ids, paddings)
     expected = jax.jit(plain.apply)(variables, ids, paddings).logits
     sharded, logits = sharded_logits(self._config(), variables, ids,
                                      paddings, [1, 2, 4])
@@ -260,12 +260,12 @@ class LossTest(test_utils.TestCase):
     self.lm = instantiate(lm_config(softmax_tpl=pax_fiddle.Config(
         embedding_softmax.SharedEmbeddingSoftmax, z_loss_weight=0.1)))
     ids = jnp.zeros((B, T), jnp.int32)
-    self.variables = random_variables(self.rng, self.lm, ids,
+    self.variables = random_variables(self.np_rng, self.lm, ids,
                                       jnp.zeros((B, T)))
-    self.acts = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    self.acts = self.np_rng.standard_normal((B, T, D)).astype(np.float32)
     self.labels = NestedMap(
-        class_ids=jnp.asarray(self.rng.integers(0, VOCAB, (B, T))),
-        class_weights=jnp.asarray(self.rng.integers(0, 2, (B, T)),
+        class_ids=jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T))),
+        class_weights=jnp.asarray(self.np_rng.integers(0, 2, (B, T)),
                                   jnp.float32))
 
   def test_loss_adds_the_aux_loss_collection(self):
@@ -304,9 +304,9 @@ class MaskTest(test_utils.TestCase):
   def test_prefix_tokens_see_the_whole_prefix(self):
     p = lm_config(model_type=transformer_models.LanguageModelType.PREFIX)
     lm = instantiate(p)
-    ids = self.rng.integers(0, VOCAB, (1, T))
+    ids = self.np_rng.integers(0, VOCAB, (1, T))
     paddings = jnp.zeros((1, T))
-    variables = random_variables(self.rng, lm, jnp.asarray(ids), paddings)
+    variables = random_variables(self.np_rng, lm, jnp.asarray(ids), paddings)
     run = jax.jit(lambda ids, causal: lm.apply(
         variables, ids, paddings, causal_attention_mask=causal).logits)
     prefix = (np.arange(T) >= 3).astype(np.int32)[None]  # 3 prefix tokens
@@ -418,11 +418,11 @@ class EncoderDecoderTest(test_utils.TestCase):
 
   def test_extend_step_matches_the_forward_pass(self):
     model = instantiate(enc_dec_config())
-    src = jnp.asarray(self.rng.integers(0, VOCAB, (B, 5)), jnp.int32)
+    src = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, 5)), jnp.int32)
     src_paddings = jnp.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], jnp.float32)
-    tgt = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    tgt = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
     tgt_paddings = jnp.zeros((B, T))
-    variables = random_variables(self.rng, model, src, src_paddings, tgt,
+    variables = random_variables(self.np_rng, model, src, src_paddings, tgt,
                                  tgt_paddings)
 
     def fprop_keeping_first_step(m):
@@ -460,11 +460,11 @@ class EncoderDecoderTest(test_utils.TestCase):
   def test_post_attention_ngrammers_are_ignored_as_in_pax(self):
     # Pax 1.4 sets them on the stack's template after building the stack
     # from a copy: same variables and logits as without them, and a warning.
-    src = jnp.asarray(self.rng.integers(0, VOCAB, (B, 5)), jnp.int32)
-    tgt = jnp.asarray(self.rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    src = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, 5)), jnp.int32)
+    tgt = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
     args = (src, jnp.zeros((B, 5)), tgt, jnp.zeros((B, T)))
     plain = instantiate(enc_dec_config())
-    variables = random_variables(self.rng, plain, *args)
+    variables = random_variables(self.np_rng, plain, *args)
     p = enc_dec_config().set(name='ignoring')  # Its own warnings.
     ngram_p = pax_fiddle.Config(
         ngrammer.VQNgrammer, ngram_vocab_size=8, ngram_emb_dim=2,

@@ -164,7 +164,7 @@ class FeedForwardTest(test_utils.TestCase):
         activation_tpl=pax_fiddle.Config(activations.GELU, approximate=True),
     )
     layer = instantiate(p)
-    x = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    x = self.np_rng.standard_normal((B, T, D)).astype(np.float32)
     paddings = np.array([[0, 0, 0, 1], [0, 0, 0, 0]], np.float32)
     variables = random_variables(self, layer, x)
     out = run(layer, variables, x, paddings)
@@ -199,7 +199,7 @@ class MoeTest(test_utils.TestCase):
     layer = instantiate(pax_fiddle.Config(
         transformers.TransformerFeedForwardMoe, name='moe', input_dims=D,
         hidden_dims=HIDDEN, num_experts=3, num_groups=1))
-    x = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    x = self.np_rng.standard_normal((B, T, D)).astype(np.float32)
     variables = random_variables(self, layer, x)
     out, updated = run(layer, variables, x, mutable=[base_layer.AUX_LOSS])
     p = variables['params']
@@ -227,7 +227,7 @@ class TransformerTest(test_utils.TestCase):
     layer = instantiate(pax_fiddle.Config(
         transformers.Transformer, name='tr', input_dims=D, hidden_dims=HIDDEN,
         num_heads=HEADS))
-    x = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    x = self.np_rng.standard_normal((B, T, D)).astype(np.float32)
     paddings = np.array([[0, 0, 0, 1], [0, 0, 0, 0]], np.float32)
     mask, _ = transformers.compute_attention_masks_for_fprop(
         x, paddings, causal_attention=True
@@ -286,7 +286,7 @@ class StackedTransformerTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.x = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    self.x = self.np_rng.standard_normal((B, T, D)).astype(np.float32)
     self.paddings = np.zeros((B, T), np.float32)
 
   def test_stack_is_its_layers_in_order(self):
@@ -307,7 +307,7 @@ class StackedTransformerTest(test_utils.TestCase):
 
   def test_cross_attention_extend_step_matches_fprop(self):
     layer = instantiate(stack_config(num_layers=1, use_cross_attention=True))
-    enc = self.rng.standard_normal((B, 3, D)).astype(np.float32)
+    enc = self.np_rng.standard_normal((B, 3, D)).astype(np.float32)
     enc_pad = np.array([[0, 0, 1], [0, 0, 0]], np.float32)
     args = (self.x, self.paddings, None, enc, enc_pad)
     variables = random_variables(self, layer, *args)
@@ -344,7 +344,7 @@ class StackedTransformerRepeatedTest(test_utils.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.x = self.rng.standard_normal((B, T, D)).astype(np.float32)
+    self.x = self.np_rng.standard_normal((B, T, D)).astype(np.float32)
     self.paddings = np.array([[0, 0, 0, 1], [0, 0, 0, 0]], np.float32)
 
   def test_matches_stack_with_the_same_weights(self):

@@ -95,9 +95,9 @@ class IdxAndNpzTest(test_utils.TestCase):
   def test_npz_file(self):
     directory = tempfile.mkdtemp()
     arrays = {
-        'x_train': self.rng.integers(0, 256, (5, 28, 28)).astype(np.uint8),
+        'x_train': self.np_rng.integers(0, 256, (5, 28, 28)).astype(np.uint8),
         'y_train': np.array([0, 1, 2, 3, 9], np.uint8),
-        'x_test': self.rng.integers(0, 256, (3, 28, 28)).astype(np.uint8),
+        'x_test': self.np_rng.integers(0, 256, (3, 28, 28)).astype(np.uint8),
         'y_test': np.array([7, 7, 1], np.uint8),
     }
     np.savez(os.path.join(directory, 'mnist.npz'), **arrays)
@@ -132,13 +132,13 @@ class CnnModelTest(test_utils.TestCase):
                                       channels=(3, 4), hidden_dims=8,
                                       num_classes=5))
     batch = NestedMap(
-        inputs=self.rng.normal(size=(4, 6, 5, 1)).astype(np.float32),
+        inputs=self.np_rng.normal(size=(4, 6, 5, 1)).astype(np.float32),
         labels=np.array([0, 4, 2, 1], np.int32),
         eval_sample_weights=np.array([1, 1, 1, 0], np.float32))
     model = base_layer.instantiate(model_p)
     # Random variables of the declared shapes (no compiled RNG: faster).
     variables = jax.tree.map(
-        lambda h: self.rng.normal(size=h.shape).astype(np.float32),
+        lambda h: self.np_rng.normal(size=h.shape).astype(np.float32),
         model.abstract_init_with_metadata(batch),
         is_leaf=lambda x: isinstance(x, base_layer.WeightHParams))
     # 6x5 -> 3x3 -> 2x2 after SAME 2x2 poolings: 4 channels * 4 = 16.
