@@ -86,7 +86,7 @@ def randomize(rng, shapes):
 def init_random(test, layer, *inputs):
   """Variables of `layer` (shapes from tracing its init), random normal."""
   shapes = jax.eval_shape(layer.init, jax.random.PRNGKey(1), *inputs)
-  return randomize(test.rng, shapes)
+  return randomize(test.np_rng, shapes)
 
 
 # ----------------------------------------------------------------------------

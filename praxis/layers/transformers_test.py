@@ -73,7 +73,7 @@ def random_variables(test, layer, *args):
   shapes = jax.eval_shape(layer.init, jax.random.PRNGKey(0), *args)
   return jax.tree.map(
       lambda v: jnp.asarray(
-          0.3 * test.rng.standard_normal(v.shape), jnp.float32
+          0.3 * test.np_rng.standard_normal(v.shape), jnp.float32
       ),
       shapes,
   )
