@@ -1,12 +1,14 @@
 """Tests of praxis.layers.base_ops and of injecting an op into a layer."""
 
 from absl.testing import absltest
+import jax
 import jax.numpy as jnp
 import numpy as np
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import test_utils
 from praxis.layers import base_ops
+from praxis.layers import embedding_softmax
 from praxis.layers import linears
 
 instantiate = base_layer.instantiate
@@ -66,6 +68,46 @@ class BaseOpsTest(test_utils.TestCase):
     y, variables = test_utils.init_and_apply(layer, x)
     w = np.asarray(variables['params']['w'])
     self.assertAllClose(y, 2.0 * (x @ w), atol=1e-5)
+
+
+class DoubledArrayLookup(base_ops.ArrayLookup):
+  """An injected gather: twice the rows."""
+
+  def __call__(self, x, idx):
+    return 2.0 * super().__call__(x, idx)
+
+
+class EmbeddingOpTemplatesTest(test_utils.TestCase):
+  """Pax's `array_lookup_tpl` / `einsum_tpl` of the embedding layers."""
+
+  def test_shared_embedding_softmax(self):
+    ids = np.array([[2, 0, 3]])
+    for style, field, doubled in (('index', 'array_lookup_tpl',
+                                   DoubledArrayLookup),
+                                  ('matmul', 'einsum_tpl', DoubledEinsumOp)):
+      layer = instantiate(pax_fiddle.Config(
+          embedding_softmax.SharedEmbeddingSoftmax, name='emb',
+          input_dims=3, num_classes=5, lookup_style=style,
+          **{field: pax_fiddle.Config(doubled)}))
+      variables = layer.init(
+          jax.random.PRNGKey(0), jnp.ones((1, 3)), jnp.ones((1, 1)),
+          class_ids=jnp.zeros((1, 1), jnp.int32))
+      table = np.asarray(variables['params']['logits_ffn']['linear']['w']).T
+      embs = layer.apply(variables, ids, method=layer.emb_lookup)
+      self.assertAllClose(embs, 2.0 * table[ids], atol=1e-6, msg=style)
+
+  def test_trainable_positional_embedding(self):
+    for style, field, doubled in (('index', 'array_lookup_tpl',
+                                   DoubledArrayLookup),
+                                  ('matmul', 'einsum_tpl', DoubledEinsumOp)):
+      layer = instantiate(pax_fiddle.Config(
+          embedding_softmax.TrainablePositionalEmbedding, name='pos',
+          embedding_dims=2, max_seq_length=6, lookup_style=style,
+          **{field: pax_fiddle.Config(doubled)}))
+      variables = layer.init(jax.random.PRNGKey(0), seq_length=4)
+      table = np.asarray(variables['params']['emb_var'])
+      embs = layer.apply(variables, seq_length=4)
+      self.assertAllClose(embs, 2.0 * table[None, :4], atol=1e-6, msg=style)
 
 
 if __name__ == '__main__':

@@ -737,10 +737,15 @@ class SharedEmbeddingSoftmax(FullSoftmax):
   Attributes:
     lookup_style: 'index' or 'matmul' for `emb_lookup`.
     scale_sqrt_depth: Multiply the embeddings by sqrt(input_dims).
+    array_lookup_tpl: The gather op of `emb_lookup` ('index'; child
+      `array_lookup`).
+    einsum_tpl: The einsum op of `emb_lookup` ('matmul'; child `einsum`).
   """
 
   lookup_style: str = 'index'
   scale_sqrt_depth: bool = False
+  array_lookup_tpl: LayerTpl = template_field(base_ops.ArrayLookup)
+  einsum_tpl: LayerTpl = template_field(base_ops.EinsumOp)
 
   class ActivationSharding(base_layer.BaseLayer.ActivationSharding):
     """Sharding of the activations.
@@ -759,12 +764,15 @@ class SharedEmbeddingSoftmax(FullSoftmax):
           'needed (its weight is the embedding table).'
       )
     super().setup()
+    self.create_child('array_lookup', self.array_lookup_tpl.clone())
+    self.create_child('einsum', self.einsum_tpl.clone())
 
   def emb_lookup(self, ids: JTensor) -> JTensor:
     """Maps ids [...] to rows of the transposed logits weight [..., dims]."""
     table = jnp.transpose(self.logits_ffn.linear.theta.w)
     wt = self.weight_split_dims_mapping.wt
-    embs = _layer_lookup(self, table, ids, wt[-1] if wt else None)
+    embs = _layer_lookup(self, table, ids, wt[-1] if wt else None,
+                         self.array_lookup, self.einsum)
     return _scale_and_shard_embeddings(self, embs)
 
   def extend_step(self, ids: JTensor, *, time_step: JTensor) -> JTensor:
@@ -1119,10 +1127,14 @@ class TrainablePositionalEmbedding(PositionalEmbedding):
   Attributes:
     max_seq_length: Number of positions.
     lookup_style: 'index' (gather) or 'matmul' (one-hot matmul).
+    array_lookup_tpl: The gather op ('index'; child `array_lookup`).
+    einsum_tpl: The einsum op ('matmul'; child `einsum`).
   """
 
   max_seq_length: int = 10_240
   lookup_style: str = 'matmul'
+  array_lookup_tpl: LayerTpl = template_field(base_ops.ArrayLookup)
+  einsum_tpl: LayerTpl = template_field(base_ops.EinsumOp)
 
   class ActivationSharding(base_layer.BaseLayer.ActivationSharding):
     """Sharding of the activations.
@@ -1145,6 +1157,8 @@ class TrainablePositionalEmbedding(PositionalEmbedding):
             tensor_split_dims_mapping=self.weight_split_dims_mapping.wt,
         ),
     )
+    self.create_child('array_lookup', self.array_lookup_tpl.clone())
+    self.create_child('einsum', self.einsum_tpl.clone())
 
   def __call__(
       self, seq_length: int | None = None, position: JTensor | None = None
@@ -1160,7 +1174,8 @@ class TrainablePositionalEmbedding(PositionalEmbedding):
       )
     table = self.theta.emb_var[:seq_length]  # [:None]: the whole table.
     embs = embedding_lookup(table, position.astype(jnp.int32),
-                            self.lookup_style)
+                            self.lookup_style, self.array_lookup,
+                            self.einsum)
     return base_layer.maybe_shard(
         embs.astype(self.fprop_dtype),
         self.activation_split_dims_mapping.emb_out_split_dims_mapping,

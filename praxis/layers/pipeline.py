@@ -170,6 +170,11 @@ class LayerwiseShardablePipelined(base_layer.BaseLayer):
     optimizer_dims_mapping: Sharding of the stage dim in optimizer states.
     bf16_accum_in_fp32: Accumulate the gradients of bfloat16 variables over
       the iterations in float32.
+    collect_intermediate_outputs: Pax's gathering of the stages' sown
+      intermediates; not supported (True is refused).
+    enable_bubble_grad_skipping: Kept for configs: the bubbles' gradients
+      are always stopped (Pax's default, True; False computes them only to
+      discard them).
   """
 
   num_stages: int = 1
@@ -185,6 +190,8 @@ class LayerwiseShardablePipelined(base_layer.BaseLayer):
   )
   optimizer_dims_mapping: SplitDimsMapping = None
   bf16_accum_in_fp32: bool = False
+  collect_intermediate_outputs: bool = False
+  enable_bubble_grad_skipping: bool = True
 
   class WeightSharding(base_layer.BaseLayer.WeightSharding):
     """Sharding of the stacked variables.
@@ -207,6 +214,10 @@ class LayerwiseShardablePipelined(base_layer.BaseLayer):
                        f'{self.num_stages}.')
     if self.single_stage_body is None:
       raise ValueError(f'{self._where}: single_stage_body must be set.')
+    if self.collect_intermediate_outputs:
+      raise NotImplementedError(
+          f'{self._where}: collect_intermediate_outputs=True (gathering the '
+          "stages' intermediates) is not supported.")
     if self.num_microbatches is not None and self.microbatch_size is not None:
       raise ValueError(f'{self._where}: set num_microbatches or '
                        'microbatch_size, not both.')

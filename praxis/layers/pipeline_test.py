@@ -215,6 +215,11 @@ class PipelineTest(test_utils.TestCase):
     for cfg, message in cases:
       with self.assertRaisesRegex(ValueError, message):
         instantiate(cfg).init(jax.random.PRNGKey(0), x, paddings)
+    with self.assertRaisesRegex(NotImplementedError,
+                                'pipe.*collect_intermediate_outputs'):
+      instantiate(pipeline_config(
+          4, num_microbatches=4, collect_intermediate_outputs=True)).init(
+              jax.random.PRNGKey(0), x, paddings)
     with self.assertRaisesRegex(ValueError, 'xformer: num_layers 6 .* 4'):
       pipeline.num_layers_per_stage(6, 4, name='xformer')
     self.assertEqual(pipeline.num_layers_per_stage(12, 2, 3), 2)

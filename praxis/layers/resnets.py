@@ -279,6 +279,8 @@ class ResNet(base_layer.BaseLayer):
       average over H and W); None returns [B, H', W', channels[-1]].
     return_block_features: Return `{2 + stage: features}` of every stage
       instead of the pooled output.
+    entry_max_pool: Apply the entry pooling (Pax's switch; False skips it
+      as `entryflow_maxpool_params=None` does, keeping the child).
   """
 
   conv_params: LayerTpl = _configured_template_field(_default_conv_params)
@@ -296,6 +298,7 @@ class ResNet(base_layer.BaseLayer):
       _configured_template_field(_default_output_pooling)
   )
   return_block_features: bool = False
+  entry_max_pool: bool = True
 
   @classmethod
   def HParamsResNet5(cls) -> LayerTpl:  # pylint: disable=invalid-name
@@ -423,7 +426,7 @@ class ResNet(base_layer.BaseLayer):
       with `return_block_features`, `{2 + stage: [B, H_s, W_s, channels[s]]}`.
     """
     outputs = self.entryflow_conv(inputs)
-    if self.entryflow_maxpool_params is not None:
+    if self.entryflow_maxpool_params is not None and self.entry_max_pool:
       outputs, _ = self.entryflow_maxpool(outputs)
     features = {}
     for stage, num_blocks in enumerate(self.blocks):

@@ -271,6 +271,10 @@ class ResNetTest(test_utils.TestCase):
     self.assertEqual(output_shape(p, (2, 8, 8, 3)), (2, 16))
     unpooled = p.clone().set(output_spatial_pooling_params=None)
     self.assertEqual(output_shape(unpooled, (2, 8, 8, 3)), (2, 2, 2, 16))
+    # Pax's entry_max_pool=False skips the entry max pool: 4x4 stays.
+    no_entry_pool = unpooled.clone().set(entry_max_pool=False)
+    self.assertEqual(output_shape(no_entry_pool, (2, 8, 8, 3)),
+                     (2, 4, 4, 16))
     hparams = base_layer.instantiate(p).abstract_init_with_metadata(
         jax.ShapeDtypeStruct((2, 8, 8, 3), jnp.float32))['params']
     self.assertEqual(sorted(hparams), ['entryflow_conv', 'stage_0_block_0'])
