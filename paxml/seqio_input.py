@@ -239,6 +239,11 @@ class SeqIOInput(base_input.BaseInput):
     eval_num_examples: Examples in this host's eval shard, if known (saves a
       pass over the data).
     warm_start: Start tf.data's background work when the iterator is made.
+    eval_metrics_filter_targets_fields: Keep only these fields of each
+      example read as ground truth for metrics (None: all), to bound the
+      memory they take.
+    read_config: The `tfds.ReadConfig` (its `options` included) that every
+      TFDS read uses, before the fields above adjust it (None: a new one).
   """
 
   @dataclasses.dataclass(frozen=True)
@@ -281,6 +286,8 @@ class SeqIOInput(base_input.BaseInput):
   eval_enable_cache: bool = True
   eval_num_examples: int | None = None
   warm_start: bool = True
+  eval_metrics_filter_targets_fields: list[str] | None = None
+  read_config: Any = None
 
   def __post_init__(self):
     if not self.name:
@@ -292,7 +299,7 @@ class SeqIOInput(base_input.BaseInput):
     super().__post_init__()
     self._check_fields()
     self._seqio, self._tf = import_seqio(f'SeqIOInput {self.name!r}')
-    self._configure_tf_data_options()
+    self.configure_tf_data_options(self.read_config)
     self._mixture_or_task_inst = (
         self.mixture_or_task
         or self._seqio.get_mixture_or_task(self.mixture_name))
@@ -340,11 +347,17 @@ class SeqIOInput(base_input.BaseInput):
           'must set LanguageModelFeatures.weights_on_targets_only=True (the '
           'task has score_metric_fns).')
 
-  def _configure_tf_data_options(self) -> None:
+  def configure_tf_data_options(self, read_config: Any = None) -> None:
+    """Sets seqio's TFDS read config: `read_config` (a new
+    `tfds.ReadConfig` if None) with warm start and symbolic checkpointing as
+    the fields say."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     tf = self._tf
-    read_config = tfds.ReadConfig()
-    options = tf.data.Options()
+    if read_config is None:
+      read_config = tfds.ReadConfig()
+    options = read_config.options
+    if options is None:
+      options = tf.data.Options()
     if self.warm_start and hasattr(options.experimental_optimization,
                                    'warm_start'):
       options.experimental_optimization.warm_start = True
@@ -568,7 +581,11 @@ class SeqIOInput(base_input.BaseInput):
         break
       for key in self._ragged_keys:
         example[key] = _to_numpy(ragged[key], self._tf)
-      targets[py_utils.get_enumeration_id(example, pop=True)] = example
+      key = py_utils.get_enumeration_id(example, pop=True)
+      if self.eval_metrics_filter_targets_fields is not None:
+        example = {k: v for k, v in example.items()
+                   if k in self.eval_metrics_filter_targets_fields}
+      targets[key] = example
     if self.reset_for_eval:
       self._cached_targets = targets
     return targets

@@ -138,5 +138,31 @@ class MetricsTest(absltest.TestCase):
       _input(name, reset_for_eval=True, eval_loop_num_batches=None)
 
 
+
+class ReadOptionsTest(absltest.TestCase):
+
+  def test_targets_keep_only_the_filtered_fields(self):
+    examples = [{'inputs': [9], 'targets': [ord(c) + 3]} for c in 'ab']
+    name = _task(examples, [_exact_match])
+    inp = _input(name, **_seq2seq(
+        reset_for_eval=True, eval_loop_num_batches=None,
+        eval_metrics_filter_targets_fields=['targets']))
+    inp._gen_targets_artifacts()  # pylint: disable=protected-access
+    targets = inp._get_targets()  # pylint: disable=protected-access
+    self.assertLen(targets, 2)
+    for example in targets.values():
+      self.assertEqual(set(example), {'targets'})
+
+  def test_read_config_is_the_one_seqio_reads_with(self):
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    config = tfds.ReadConfig(shuffle_seed=7)
+    name = _task([{'targets': [5]}])
+    _input(name, reset_for_eval=True, eval_loop_num_batches=None,
+           read_config=config, warm_start=False)
+    override = seqio.utils._TFDS_DATA_READ_CONFIG_OVERRIDE  # pylint: disable=protected-access
+    self.assertIs(override, config)
+    self.assertIsNotNone(config.options)
+
+
 if __name__ == '__main__':
   absltest.main()
