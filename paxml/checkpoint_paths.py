@@ -220,18 +220,36 @@ class PaxStepNameFormat(ocp.step.NameFormat):
     return checkpoint_name(step, self.checkpoint_type,
                            self.use_digit_step_subdirectory)
 
-  def _metadata(self, path: epath.Path) -> ocp.step.Metadata | None:
-    if not is_checkpoint_asset(path) or is_tmp_checkpoint_asset(path):
+  def build_metadata(self, step_path: epath.Path,
+                     step: int | None = None) -> ocp.step.Metadata | None:
+    """The step's metadata if `step_path` is a committed checkpoint (of
+    `step`, when given, and existing), else None."""
+    step_path = epath.Path(step_path)
+    if not is_checkpoint_asset(step_path):
       return None
-    return ocp.step.Metadata(step=get_step_from_checkpoint_asset(path),
-                             path=path)
+    if step is not None and not step_path.exists():
+      return None
+    if is_tmp_checkpoint_asset(step_path):
+      return None
+    found = get_step_from_checkpoint_asset(step_path)
+    if step is not None and found != step:
+      return None
+    return ocp.step.Metadata(step=found, path=step_path)
+
+  def find_metadata(self, base_path: epath.PathLike,
+                    step: int) -> ocp.step.Metadata | None:
+    """The metadata of `step` under `base_path` named as this format names
+    it, or None."""
+    return self.build_metadata(
+        epath.Path(base_path) / self.build_name(step), step=step)
 
   def find_all(self, base_path: epath.PathLike
                ) -> Iterator[ocp.step.Metadata]:
     base_path = epath.Path(base_path)
     if not base_path.is_dir():
       return iter(())
-    return ocp.step.build_step_metadatas(base_path.iterdir(), self._metadata)
+    return ocp.step.build_step_metadatas(base_path.iterdir(),
+                                         self.build_metadata)
 
   def find_step(self, base_path: epath.PathLike,
                 step: int) -> ocp.step.Metadata:

@@ -321,8 +321,13 @@ class Conv2D(base_layer.BaseLayer):
         cls, kernel_shape, in_channels, channel_multipliers, hparams
     )
 
-  def setup(self) -> None:
+  def check_dimensions(self) -> None:
+    """Raises ValueError naming the field unless the shapes, strides,
+    dilations and padding are consistent (Pax's name; setup calls it)."""
     _check_conv_config(self, 2)
+
+  def setup(self) -> None:
+    self.check_dimensions()
     _create_conv_weights(self)
     wn = self.weight_norm_tpl.clone().set(dim=self.filter_shape[-1])
     self.create_child('weight_norm', wn)

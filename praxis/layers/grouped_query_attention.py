@@ -277,11 +277,14 @@ class GroupedQueryAttention(base_layer.BaseLayer):
     encoded = self._shard(self.post(encoded), btd)
     return checkpoint_name(encoded, 'out_proj'), probs
 
-  def _extend(self, name: str, value: JTensor, time_step: JTensor) -> JTensor:
+  def extend_decode_state(self, name: str, value: JTensor,
+                          time_step: JTensor) -> JTensor:
+    """Writes one step's `value` [B, K, H] at `time_step` of the cached
+    `name` [B, S, K, H]; returns the updated entry."""
     state = self.get_decode_state(name)
     index = jnp.asarray(time_step, jnp.int32)
     new_state = jax.lax.dynamic_update_slice_in_dim(
-        state, value.astype(state.dtype), index, axis=1
+        state, value[:, None].astype(state.dtype), index, axis=1
     )
     self.update_decode_state(name, new_state)
     return new_state
@@ -315,8 +318,8 @@ class GroupedQueryAttention(base_layer.BaseLayer):
     x = query_vec[:, None]
     q, k, v = self._qkv(x, (x, x), position, position)
     if not is_cross_attention:
-      self._extend('key_state', k, time_step)
-      self._extend('value_state', v, time_step)
+      self.extend_decode_state('key_state', k[:, 0], time_step)
+      self.extend_decode_state('value_state', v[:, 0], time_step)
     encoded, _ = self._attend(
         q,
         self.get_decode_state('key_state'),

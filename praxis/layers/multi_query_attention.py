@@ -665,6 +665,39 @@ class MultiQueryDotProductAttentionLPB(MultiQueryDotProductAttention):
       self.update_decode_state(
           name, jnp.zeros(shape + state.shape[2:], state.dtype))
 
+  def right_align_decode_state_with_prefix(
+      self, max_prefix_size: int,
+      right_align_fn: DecodeStateTransformFn) -> None:
+    """Moves the last `max_prefix_size` prefix steps into the current chunk
+    and right-aligns it with `right_align_fn(state, 0, 1)`; the prefix chunks
+    become empty (length 0), as in Pax.
+
+    Args:
+      max_prefix_size: How many prefix steps to keep.
+      right_align_fn: The transform (e.g. decoder_utils.right_align_state_fn).
+    """
+    cache = dict(self.variables.get(base_layer.DECODE_CACHE, {}))
+    for name, state in cache.items():
+      if not isinstance(state, jax.Array):
+        continue
+      chunks = self._prefix_chunks(name)
+      windows, left = [state], max_prefix_size
+      for chunk in reversed(chunks):
+        if left <= 0:
+          break
+        take = min(chunk.shape[1], left)
+        left -= take
+        recent = chunk[:, chunk.shape[1] - take:]
+        # Each chunk row serves the samples of the rows after it.
+        windows.insert(0, jnp.repeat(recent, state.shape[0] // chunk.shape[0],
+                                     axis=0))
+      joined = jnp.concatenate(windows, axis=1)
+      self.update_decode_state(name, right_align_fn(joined, 0, 1))
+      for i, chunk in enumerate(chunks):
+        self.put_variable(
+            base_layer.PREFIX_DECODE_CACHE, f'{name}_{i}',
+            jnp.zeros((chunk.shape[0], 0) + chunk.shape[2:], chunk.dtype))
+
   def transform_decode_state(
       self, transform_fn: DecodeStateTransformFn) -> None:
     """Transforms the current chunk (the prefix chunks stay as they are)."""

@@ -152,6 +152,36 @@ class MultiQueryAttentionTest(test_utils.TestCase):
       state = dict(state, **cache)
       self.assertAllClose(out, jnp.repeat(want[:, t], 3, 0), atol=1e-5)
 
+  def test_right_align_with_prefix(self):
+    p = pax_fiddle.Config(mqa.MultiQueryDotProductAttentionLPB, name='mqa',
+                          input_dim=8, hidden_dim=8, num_heads=4)
+    layer = base_layer.instantiate(p)
+    x = np.random.default_rng(4).normal(size=(2, 3, 8)).astype(np.float32)
+    variables = layer.init(jax.random.PRNGKey(1), x, x, x,
+                           attentions.causal_mask(x))
+    _, cache = layer.apply(variables, x, x, x, attentions.causal_mask(x),
+                           mutable=[DECODE_CACHE])
+    state = py_utils.merge_dict(cache, variables)
+    _, cache = layer.apply(state, 2, 2, method=layer.lazy_broadcast_prefix,
+                           mutable=[DECODE_CACHE, PREFIX])
+    state = py_utils.merge_dict(cache, variables)
+    prefix_keys = np.asarray(state[PREFIX]['key_state_0'])  # [2, 3, ...]
+    chunk_keys = np.asarray(state[DECODE_CACHE]['key_state'])  # [4, 2, ...]
+    # The last 2 prefix steps of each row, once per sample, then the chunk;
+    # right_align_fn sees [batch, time, ...] (dims 0 and 1).
+    seen = []
+    def align(v, batch_dim, time_dim):
+      seen.append((batch_dim, time_dim))
+      return v[:, ::-1]
+    _, cache = layer.apply(state, 2, align,
+                           method=layer.right_align_decode_state_with_prefix,
+                           mutable=[DECODE_CACHE, PREFIX])
+    want = np.concatenate([np.repeat(prefix_keys[:, 1:], 2, 0), chunk_keys],
+                          axis=1)[:, ::-1]
+    self.assertAllClose(cache[DECODE_CACHE]['key_state'], want)
+    self.assertEqual(seen[0], (0, 1))
+    self.assertEqual(cache[PREFIX]['key_state_0'].shape[:2], (2, 0))
+
   def test_bad_config(self):
     x = np.ones((1, 2, 8), np.float32)
     with self.assertRaisesRegex(ValueError, 'num_kv_heads 3 must divide'):

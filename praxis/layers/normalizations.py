@@ -317,6 +317,20 @@ class BatchNorm(BaseNormalization):
       return self.get_var('moving_mean'), self.get_var('moving_variance')
     return mean, variance
 
+  def compute_and_update_moments(
+      self, inputs: JTensor, paddings: JTensor
+  ) -> tuple[JTensor, JTensor, JTensor, JTensor]:
+    """(mean, variance, beta, gamma) that normalize `inputs` [..., dim]
+    (`paddings` [..., 1]); in training, also updates the moving statistics.
+
+    Without `use_moving_avg_in_training`, beta and gamma are the learned
+    shift and 1 + the learned scale; with it, 0 and 1.
+    """
+    mean, variance = self._moments(inputs, paddings)
+    if self.use_moving_avg_in_training:
+      return mean, variance, 0.0, 1.0
+    return mean, variance, self.theta.beta, 1.0 + self.theta.gamma
+
   def _summarize_moving_stats(self, mean: JTensor, variance: JTensor) -> None:
     self.add_summary('moving_mean', mean, verbosity=4)
     self.add_summary('moving_variance', variance, verbosity=4)
@@ -336,11 +350,8 @@ class BatchNorm(BaseNormalization):
       )
     else:
       paddings = jnp.expand_dims(paddings, -1).astype(inputs.dtype)
-    mean, variance = self._moments(inputs, paddings)
-    if self.use_moving_avg_in_training:
-      beta, gamma = 0.0, 1.0
-    else:
-      beta, gamma = self.theta.beta, 1.0 + self.theta.gamma
+    mean, variance, beta, gamma = self.compute_and_update_moments(
+        inputs, paddings)
     outputs = batch_norm(inputs, mean, variance, beta, gamma)
     if self.set_padded_output_to_zero:
       outputs = outputs * (1.0 - paddings)

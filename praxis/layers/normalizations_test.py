@@ -206,6 +206,20 @@ class BatchNormTest(test_utils.TestCase):
     self.assertAllClose(updated[base_layer.SUMMARIES]['moving_mean_scalar'],
                         0.5 * mean)
 
+  def test_compute_and_update_moments(self):
+    layer = _make(normalizations.BatchNorm, dim=2, decay=0.5)
+    x = np.array([[1.0, 2.0], [3.0, 6.0], [9.0, 9.0]], np.float32)
+    pad = np.array([[0.0], [0.0], [1.0]], np.float32)  # The last row padded.
+    variables = _init(layer, x)
+    (mean, var, beta, gamma), updated = layer.apply(
+        variables, x, pad, method=layer.compute_and_update_moments,
+        mutable=[NON_TRAINABLE])
+    self.assertAllClose(mean, [2.0, 4.0])
+    self.assertAllClose(var, [1.0, 4.0])
+    self.assertAllClose(beta, variables['params']['beta'])
+    self.assertAllClose(gamma, 1.0 + variables['params']['gamma'])
+    self.assertAllClose(updated[NON_TRAINABLE]['moving_mean'], [1.0, 2.0])
+
   def test_moving_stats_are_non_trainable_and_mean_synced(self):
     layer = _make(normalizations.BatchNorm, dim=2)
     meta = layer.abstract_init_with_metadata(jnp.ones((2, 2)))

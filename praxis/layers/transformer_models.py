@@ -1037,10 +1037,35 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
     Returns:
       compute_loss's NestedMap.
     """
-    src_ids, _ = _default_segments(input_paddings, input_segment_ids,
-                                   input_segment_pos, self._where)
     encoded = self.encode(inputs, input_paddings, input_segment_ids,
                           input_segment_pos, input_segment_mask)
+    return self.fprop_with_encoder_output(
+        encoded, input_paddings, targets, target_paddings, labels,
+        input_segment_ids, input_segment_pos, target_segment_ids,
+        target_segment_pos, target_segment_mask, cross_segment_mask,
+        start_time_step)
+
+  def fprop_with_encoder_output(
+      self,
+      encoder_output: JTensor,
+      input_paddings: JTensor,
+      targets: JTensor,
+      target_paddings: JTensor,
+      labels: NestedMap | None = None,
+      input_segment_ids: JTensor | None = None,
+      input_segment_pos: JTensor | None = None,
+      target_segment_ids: JTensor | None = None,
+      target_segment_pos: JTensor | None = None,
+      target_segment_mask: JTensor | None = None,
+      cross_segment_mask: JTensor | None = None,
+      start_time_step: int | JTensor = 0,
+  ) -> NestedMap:
+    """The decoder half of `__call__`: scores target ids [B, T] against an
+    encoder output [B, S, D] (e.g. from `encode`); the other arguments as
+    `__call__`'s."""
+    src_ids, _ = _default_segments(input_paddings, input_segment_ids,
+                                   input_segment_pos, self._where)
+    encoded = encoder_output
     tgt_ids, tgt_pos = _default_segments(
         target_paddings, target_segment_ids, target_segment_pos, self._where)
     # The n-grammer gets the segment positions as given (as in Pax).
@@ -1058,6 +1083,15 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
                      cross_segment_mask=cross_segment_mask,
                      segment_pos=tgt_pos)
     return self.compute_loss(self.decoder_ln(x), labels)
+
+  def init_states(self, inputs: JTensor, input_paddings: JTensor,
+                  *args: Any, **kwargs: Any) -> None:
+    """Not supported, as in Pax: fill the decoding cache with a forward pass
+    (DECODE_CACHE mutable), then call `extend_step`."""
+    del inputs, input_paddings, args, kwargs
+    raise NotImplementedError(
+        f'{self._where}: init_states is not supported (as in Pax); run the '
+        'forward pass with the decoder cache mutable, then extend_step.')
 
   def extend_step(self, targets: JTensor) -> NestedMap:
     """Decodes one target position from ids [B] (or the last of [B, P]).

@@ -444,6 +444,23 @@ class EncoderDecoderTest(test_utils.TestCase):
       out, cache = step(cache, tgt[:, t])
       self.assertAllClose(out.logits, full[:, t], atol=1e-5, rtol=1e-5)
 
+  def test_fprop_with_encoder_output_and_init_states(self):
+    model = instantiate(enc_dec_config())
+    src = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, 5)), jnp.int32)
+    src_paddings = jnp.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], jnp.float32)
+    tgt = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
+    tgt_paddings = jnp.zeros((B, T))
+    variables = random_variables(self.np_rng, model, src, src_paddings, tgt,
+                                 tgt_paddings)
+    whole = model.apply(variables, src, src_paddings, tgt, tgt_paddings)
+    # The decoder half on the encoder's output gives the same logits.
+    halves = model.apply(
+        variables, method=lambda m: m.fprop_with_encoder_output(
+            m.encode(src, src_paddings), src_paddings, tgt, tgt_paddings))
+    self.assertAllClose(halves.logits, whole.logits, atol=1e-6, rtol=1e-6)
+    with self.assertRaises(NotImplementedError):  # As Pax: no init_states.
+      model.apply(variables, src, src_paddings, method=model.init_states)
+
   def test_stacks_must_be_set_and_masked_right(self):
     p = enc_dec_config()
     p.encoder_stacked_transformer_tpl.mask_self_attention = True

@@ -911,8 +911,14 @@ class PipelinedTransformer(base_layer.BaseLayer):
         outputs, self.activation_split_dims_mapping.final_out, names
     )
 
+  def init_states(self, *args: Any, **kwargs: Any) -> None:
+    """Not supported (as in Pax); see `extend_step`."""
+    del args, kwargs
+    self.extend_step()
+
   def extend_step(self, *args: Any, **kwargs: Any) -> JTensor:
     """Not supported; decode with a PipelineCompatible...Repeated stack."""
+    del args, kwargs
     raise NotImplementedError(
         f'PipelinedTransformer ({self.name}) does not decode; load its '
         'variables into a PipelineCompatibleStackedTransformerRepeated.'
