@@ -302,14 +302,20 @@ class TransformerFeedForward(base_layer.BaseLayer):
 
     Attributes:
       ffn0: Of the hidden activations.
+      ffn0_extend_step: Of the hidden activations of a decoding step [B, H]
+        (None: ffn0's batch and last entries).
       ffn1: Of the outputs.
+      ffn1_extend_step: Of the outputs of a decoding step [B, D].
     """
 
     ffn0: SplitDimsMapping = None
+    ffn0_extend_step: SplitDimsMapping = None
     ffn1: SplitDimsMapping = None
+    ffn1_extend_step: SplitDimsMapping = None
 
   def _ffn(
-      self, in_dims: int, out_dims: int, act: LayerTpl, wt: Any, out: Any
+      self, in_dims: int, out_dims: int, act: LayerTpl, wt: Any, out: Any,
+      step_out: Any = None,
   ) -> LayerTpl:
     p = self.fflayer_tpl.clone().set(
         input_dims=in_dims,
@@ -319,6 +325,8 @@ class TransformerFeedForward(base_layer.BaseLayer):
     )
     p.weight_split_dims_mapping.wt = wt
     p.activation_split_dims_mapping.out = out
+    if hasattr(p.activation_split_dims_mapping, 'extend_step_out'):
+      p.activation_split_dims_mapping.extend_step_out = step_out
     if self.internal_gshard_variance_scaling_fan_in_init:
       p.linear_tpl.params_init = WeightInit.Uniform((3.0 / in_dims) ** 0.5)
     return p
@@ -337,12 +345,13 @@ class TransformerFeedForward(base_layer.BaseLayer):
     act1 = identity if self.use_gated_activation else self.activation_tpl
     self.create_child(
         'ffn_layer1',
-        self._ffn(self.input_dims, self.hidden_dims, act1, wp.ffn0, ap.ffn0),
+        self._ffn(self.input_dims, self.hidden_dims, act1, wp.ffn0, ap.ffn0,
+                  ap.ffn0_extend_step),
     )
     if self.use_gated_activation:
       gate = self._ffn(
           self.input_dims, self.hidden_dims, self.activation_tpl, wp.ffn0,
-          ap.ffn0,
+          ap.ffn0, ap.ffn0_extend_step,
       )
       self.create_child('ffn_layer1_gate', gate)
     self.create_child(
@@ -350,7 +359,8 @@ class TransformerFeedForward(base_layer.BaseLayer):
     )
     self.create_child(
         'ffn_layer2',
-        self._ffn(self.hidden_dims, output_dims, identity, wp.ffn1, ap.ffn1),
+        self._ffn(self.hidden_dims, output_dims, identity, wp.ffn1, ap.ffn1,
+                  ap.ffn1_extend_step),
     )
     self.create_child(
         'residual_dropout',

@@ -391,7 +391,11 @@ def _feed_forward_config(
       bias_init=bias_init,
   )
   p.weight_split_dims_mapping.wt = layer.weight_split_dims_mapping.wt
-  p.activation_split_dims_mapping.out = layer.activation_split_dims_mapping.out
+  ap = layer.activation_split_dims_mapping
+  p.activation_split_dims_mapping.out = ap.out
+  step_out = getattr(ap, 'extend_step_out', None)
+  if step_out is not None:
+    p.activation_split_dims_mapping.extend_step_out = step_out
   return p
 
 
@@ -752,9 +756,11 @@ class SharedEmbeddingSoftmax(FullSoftmax):
 
     Attributes:
       emb_out_split_dims_mapping: Split of the looked-up embeddings.
+      extend_step_out: Of the logits of a decoding step [B, V].
     """
 
     emb_out_split_dims_mapping: SplitDimsMapping = None
+    extend_step_out: SplitDimsMapping = None
 
   def setup(self) -> None:
     _require_lookup_style(self)
@@ -894,9 +900,11 @@ class GShardSharedEmbeddingSoftmax(base_layer.BaseLayer):
 
     Attributes:
       emb_out_split_dims_mapping: Split of the looked-up embeddings.
+      extend_step_out: Of the logits of a decoding step [B, V].
     """
 
     emb_out_split_dims_mapping: SplitDimsMapping = None
+    extend_step_out: SplitDimsMapping = None
 
   def setup(self) -> None:
     _require_positive(self, 'input_dims', 'num_classes')
@@ -930,9 +938,8 @@ class GShardSharedEmbeddingSoftmax(base_layer.BaseLayer):
     logits = linears.project_last_dim(
         inputs, jnp.transpose(self.embedding.theta.w)
     )
-    out = self.activation_split_dims_mapping.out
-    if out is not None and len(out) == 3 and logits.ndim == 2:
-      out = [out[0], out[2]]
+    ap = self.activation_split_dims_mapping
+    out = linears.step_sharding(ap.out, ap.extend_step_out, logits.ndim)
     logits = base_layer.maybe_shard(logits, out, self.mesh_axis_names)
     logits = soft_cap(logits, self.soft_cap_logits)
     if self.logits_abs_max:

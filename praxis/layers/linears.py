@@ -26,6 +26,7 @@ from praxis.layers import activations
 from praxis.layers import base_ops
 
 JTensor = pytypes.JTensor
+SplitDimsMapping = pytypes.SplitDimsMapping
 WeightInit = base_layer.WeightInit
 WeightHParams = base_layer.WeightHParams
 template_field = base_layer.template_field
@@ -67,6 +68,20 @@ def project_last_dim(inputs: JTensor, weight: JTensor) -> JTensor:
   return jnp.einsum('...y,yz->...z', inputs, weight)
 
 
+def step_sharding(out: SplitDimsMapping, extend_step_out: SplitDimsMapping,
+                  ndim: int) -> SplitDimsMapping:
+  """The sharding of an output of rank `ndim`: for a 2-D one (a decoding
+  step), `extend_step_out` if it has two entries, else the batch and last
+  entries of a 3-entry `out`; otherwise `out`."""
+  if ndim != 2:
+    return out
+  if extend_step_out is not None and len(extend_step_out) == 2:
+    return extend_step_out
+  if out is not None and len(out) == 3:
+    return [out[0], out[2]]
+  return out
+
+
 class Linear(base_layer.BaseLayer):
   """A projection of the last dim without bias: `inputs @ w`.
 
@@ -84,6 +99,16 @@ class Linear(base_layer.BaseLayer):
   einsum_tpl: pax_fiddle.Config[base_ops.EinsumOp] = template_field(
       base_ops.EinsumOp
   )
+
+  class ActivationSharding(base_layer.BaseLayer.ActivationSharding):
+    """Sharding of the output.
+
+    Attributes:
+      extend_step_out: Of a 2-D output [B, D] (a decoding step); None uses
+        `out`'s batch and last entries when `out` has three.
+    """
+
+    extend_step_out: SplitDimsMapping = None
 
   def setup(self) -> None:
     _check_positive(
@@ -105,10 +130,9 @@ class Linear(base_layer.BaseLayer):
     w = self.theta.w
     _check_last_dim(inputs, w.shape)
     out = self.einsum('...y,yz->...z', inputs, w)
-    out_sharding = self.activation_split_dims_mapping.out
-    # A [batch, time, dim] mapping applied while decoding one step at a time.
-    if out_sharding is not None and len(out_sharding) == 3 and out.ndim == 2:
-      out_sharding = [out_sharding[0], out_sharding[2]]
+    out_sharding = step_sharding(self.activation_split_dims_mapping.out,
+                                 getattr(self.activation_split_dims_mapping,
+                                         'extend_step_out', None), out.ndim)
     return base_layer.maybe_shard(out, out_sharding, self.mesh_axis_names)
 
 
@@ -171,6 +195,15 @@ class FeedForward(base_layer.BaseLayer):
   weight_init: WeightInit | None = None
   bias_init: float | None = 0.0
   checkpoint_str: str | None = None
+
+  class ActivationSharding(base_layer.BaseLayer.ActivationSharding):
+    """Sharding of the output (passed to `linear`).
+
+    Attributes:
+      extend_step_out: Of a 2-D output [B, D] (a decoding step).
+    """
+
+    extend_step_out: SplitDimsMapping = None
 
   def setup(self) -> None:
     wp = self.weight_split_dims_mapping

@@ -132,6 +132,29 @@ class ShardedLinearTest(test_utils.TestCase):
     self.assertEqual(y.sharding.spec, PartitionSpec('data', 'mdl'))
 
 
+  def test_decoding_step_outputs_use_extend_step_out(self):
+    # A [B, T, D] mapping applied to a [B, D] step: its batch and last
+    # entries, unless extend_step_out (Pax's field) says otherwise; the
+    # FeedForward passes it to its linear.
+    devices = np.array(jax.devices()[:8]).reshape(1, 2, 4)
+    mesh = jax.sharding.Mesh(devices, ('replica', 'data', 'mdl'))
+    x = self.np_rng.standard_normal((4, 4)).astype(np.float32)
+    for step_out, want in ((None, PartitionSpec('data', 'mdl')),
+                           (['mdl', None], PartitionSpec('mdl'))):
+      cfg = pax_fiddle.Config(
+          linears.FeedForward, name='ff', input_dims=4, output_dims=8,
+          ici_mesh_shape=[1, 2, 4], mesh_axis_names=('replica', 'data', 'mdl'))
+      cfg.activation_split_dims_mapping.out = ['data', None, 'mdl']
+      cfg.activation_split_dims_mapping.extend_step_out = step_out
+      layer = instantiate(cfg)
+      variables = layer.init(jax.random.PRNGKey(0), x)
+      with jax.set_mesh(mesh):
+        y = jax.jit(layer.apply)(variables, x)
+      self.assertEqual(y.sharding.spec, want, msg=str(step_out))
+    self.assertEqual(linears.step_sharding(['a', None, 'b'], None, 3),
+                     ['a', None, 'b'])
+
+
 class BiasTest(test_utils.TestCase):
 
   def test_adds_b_initialised_to_bias_init(self):
