@@ -221,17 +221,17 @@ def check_unique_names(inputs: Sequence[Any]) -> None:
     seen.add(inp.name)
 
 
-def bind_mesh(jitted_fn: Callable[..., Any],
+def bind_mesh(pjitted_fn: Callable[..., Any],
               global_mesh: jax.sharding.Mesh) -> Callable[..., Any]:
-  """`jitted_fn` called (and lowered) under `global_mesh`."""
+  """`pjitted_fn` called (and lowered) under `global_mesh`."""
 
   def call(*args, **kwargs):
     with jax.set_mesh(global_mesh):
-      return jitted_fn(*args, **kwargs)
+      return pjitted_fn(*args, **kwargs)
 
   def lower(*args, **kwargs):
     with jax.set_mesh(global_mesh):
-      return jitted_fn.lower(*args, **kwargs)
+      return pjitted_fn.lower(*args, **kwargs)
 
   call.lower = lower
   return call

@@ -96,19 +96,19 @@ def make_checkpoint_step_dir(
       step, checkpoint_type, use_digit_step_subdirectory)
 
 
-def is_checkpoint_asset(path: epath.PathLike) -> bool:
+def is_checkpoint_asset(x: epath.PathLike) -> bool:
   """Whether the name is `checkpoint_<n>` or `<n>` (committed or not)."""
-  return bool(CHECKPOINT_PATTERN_RE.match(epath.Path(path).name))
+  return bool(CHECKPOINT_PATTERN_RE.match(epath.Path(x).name))
 
 
-def is_tmp_checkpoint_asset(path: epath.PathLike) -> bool:
-  """Whether `path` is a checkpoint started but not committed."""
-  path = epath.Path(path)
-  if TMP_CHECKPOINT_PATTERN_RE.match(path.name):
+def is_tmp_checkpoint_asset(x: epath.PathLike) -> bool:
+  """Whether `x` is a checkpoint started but not committed."""
+  x = epath.Path(x)
+  if TMP_CHECKPOINT_PATTERN_RE.match(x.name):
     return True
-  if path.is_file():  # A legacy Flax msgpack file.
+  if x.is_file():  # A legacy Flax msgpack file.
     return False
-  return bool(ocp.utils.is_tmp_checkpoint(path))
+  return bool(ocp.utils.is_tmp_checkpoint(x))
 
 
 def is_legacy_flax_checkpoint(path: epath.PathLike) -> bool:
@@ -124,16 +124,16 @@ def is_tfhub_dir(directory: epath.PathLike) -> bool:
   return False
 
 
-def get_step_from_checkpoint_asset(path: epath.PathLike) -> int:
+def get_step_from_checkpoint_asset(checkpoint_dir: epath.PathLike) -> int:
   """The step of `checkpoint_<n>`, `<n>`, or of a temporary directory."""
-  name = epath.Path(path).name
+  name = epath.Path(checkpoint_dir).name
   if name.isdigit():
     return int(name)
   if m := TMP_CHECKPOINT_PATTERN_RE.match(name):
     return int(name.rsplit(CHECKPOINT_PREFIX, 1)[1])
   m = re.match(rf'{CHECKPOINT_PREFIX}(\d+)', name)
   if m is None:
-    raise ValueError(f'{path} is not named like a checkpoint '
+    raise ValueError(f'{checkpoint_dir} is not named like a checkpoint '
                      f'({CHECKPOINT_PREFIX}<step> or <step>).')
   return int(m.group(1))
 

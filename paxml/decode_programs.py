@@ -104,7 +104,7 @@ class SingleTaskDecodeProgram(programs.Program):
         programs.get_summary_base_dir(job_log_dir) /
         f'decode_test_{self._name}', enable_summary_writer)
 
-  def should_run(self, state: Any, step: int) -> bool:
+  def should_run(self, state: Any, train_step: int) -> bool:
     return True
 
   def decode_step(self, state: Any, prng_key: jax.Array, inputs: Any,
@@ -150,7 +150,7 @@ class SingleTaskDecodeProgram(programs.Program):
           trees.get_shape_dtype(inputs), is_eval=True)
     return self._step_fn, self._input_specs
 
-  def run(self, state: Any, step: int) -> DecodeProgramOutput:
+  def run(self, state: Any, train_step: int) -> DecodeProgramOutput:
     """Decodes the whole input; writes metrics and outputs.
 
     Batches are dispatched ahead of their results (`train.max_inflight_steps`
@@ -180,11 +180,12 @@ class SingleTaskDecodeProgram(programs.Program):
       self._consume(*pending.popleft(), metrics, outputs)
     final = {k: (float(v), float(w))
              for k, (v, w) in metrics.finalize().items()}
-    self._write_summaries(step, final)
+    self._write_summaries(train_step, final)
     records = outputs.pairs
     outputs.write(self._output_dir / programs.get_filename(
-        step, programs.EvaluationMode.DECODE.value))
-    logging.info('decode %s at step %d: %d outputs %s', self._name, step,
+        train_step, programs.EvaluationMode.DECODE.value))
+    logging.info('decode %s at step %d: %d outputs %s', self._name,
+                 train_step,
                  len(records), final)
     for key, value in records[:2] if logging.level_info() else ():
       logging.info('decode %s sample %s: %s', self._name, key,

@@ -193,9 +193,10 @@ _UNSUPPORTED = {
 }
 
 
-def get_experiment(name: str) -> type:
-  """The experiment class `name` names (see `experiment_registry.load`)."""
-  return experiment_registry.load(name)
+def get_experiment(experiment_name: str) -> type:
+  """The experiment class `experiment_name` names (see
+  `experiment_registry.load`)."""
+  return experiment_registry.load(experiment_name)
 
 
 def _check_flags() -> None:

@@ -100,9 +100,9 @@ def select_split(task: str, split_name: str | Callable[[str], str]) -> str:
   return split_name(task) if callable(split_name) else split_name
 
 
-def is_packing_on(feature_converter: Any) -> bool:
+def is_packing_on(fc: Any) -> bool:
   """Whether a feature converter packs examples (False if it cannot tell)."""
-  return bool(getattr(feature_converter, 'pack', False))
+  return bool(getattr(fc, 'pack', False))
 
 
 class MetricType(enum.Enum):
@@ -1037,7 +1037,6 @@ def get_eval_hparams_for_seqio(
     split_name: str | Callable[[str], str] = 'validation',
     feature_converter: Any = None,
     num_infeed_hosts: int = 0,
-    use_enumeration: bool = True,
     use_cached: bool = False,
     shuffle: bool | None = None,
     require_metric_fns: bool = True,
@@ -1047,6 +1046,7 @@ def get_eval_hparams_for_seqio(
     repeat: bool | None = None,
     reset_for_eval: bool = True,
     pass_entire_feature_lengths: bool = False,
+    use_enumeration: bool = True,
 ) -> list[pax_fiddle.Config[SeqIOInput]]:
   """One eval `SeqIOInput` config per task of a SeqIO task or mixture.
 

@@ -540,11 +540,13 @@ class SummaryHandler:
       self._pending.append(self._pool.submit(self._process, *args))
     return step % self._write_every == 0
 
-  def close(self) -> None:
-    """Waits for the worker's writes (raising their errors).
+  def close(self, wait: bool = True) -> None:
+    """Waits for the worker's writes (raising their errors); `wait` is
+    Pax's argument (the writes are always waited for).
 
     The writer stays open; close it when every handler using it is closed.
     """
+    del wait
     if self._pool is not None:
       self._pool.shutdown(wait=True)
       pending, self._pending = self._pending, []

@@ -183,10 +183,12 @@ def get_excluded_var_mask_for_opt(
       var_weight_hparams, learner, learner.optimizer.ema_decay == 0.0, True)
 
 
-def filter_vars_for_grad_or_opt(mdl_vars: Any, excluded: Any) -> Any:
-  """`mdl_vars` with each excluded variable replaced by BpropMaskedNode."""
+def filter_vars_for_grad_or_opt(mdl_vars: Any, excluded_for_grad: Any) -> Any:
+  """`mdl_vars` with each variable `excluded_for_grad` marks replaced by
+  BpropMaskedNode."""
   return jax.tree.map(
-      lambda v, e: py_utils.BpropMaskedNode() if e else v, mdl_vars, excluded,
+      lambda v, e: py_utils.BpropMaskedNode() if e else v, mdl_vars,
+      excluded_for_grad,
       is_leaf=py_utils.is_bprop_masked_node)
 
 
@@ -245,6 +247,7 @@ def create_state_partition_specs(
     mesh_axis_names: Sequence[str],
     discard_opt_states: bool,
     learners: Sequence[learners_lib.Learner] | None,
+    opt_states: Any = None,
 ) -> TrainState:
   """The TrainState's `PartitionSpec`s from the variables' declarations.
 
@@ -258,10 +261,14 @@ def create_state_partition_specs(
     mesh_axis_names: Its axis names.
     discard_opt_states: Leave optimizer states out.
     learners: The task's learners.
+    opt_states: Pax's optimizer states for plain optax transformations;
+      not needed here (the specs follow each transformation's state).
 
   Returns:
     A TrainState of PartitionSpecs.
   """
+  del opt_states
+
   def specs(hps):
     return base_layer.var_partition_specs(hps, mesh_shape, mesh_axis_names)
 

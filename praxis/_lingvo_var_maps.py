@@ -61,21 +61,21 @@ def _attention(atten: Mapping[str, Any]) -> NestedMap:
   return out
 
 
-def transformer_ffwd(variables: Mapping[str, Any]) -> NestedMap:
+def transformer_ffwd(jax_initial_vars: Mapping[str, Any]) -> NestedMap:
   """TransformerFeedForward -> Lingvo's TransformerFeedForwardLayer."""
   return NestedMap(
-      fflayer=_two_layer_ffn(variables, _empty_pair()),
-      layer_norm=_layer_norm(variables['layer_norm']),
+      fflayer=_two_layer_ffn(jax_initial_vars, _empty_pair()),
+      layer_norm=_layer_norm(jax_initial_vars['layer_norm']),
       residual_dropout=NestedMap(),
       residual_droppath=NestedMap(),
   )
 
 
-def attention(variables: Mapping[str, Any],
+def attention(jax_initial_vars: Mapping[str, Any],
               cross_attention: bool | None = False) -> NestedMap:
   """Transformer -> Lingvo's TransformerLayer (its praxis keys kept)."""
-  out = _nmap(variables)
-  ff = variables['ff_layer']
+  out = _nmap(jax_initial_vars)
+  ff = jax_initial_vars['ff_layer']
   fflayer = _nmap(ff)
   if 'gate' in ff:  # A mixture of experts.
     fflayer.fflayer = NestedMap(
@@ -91,8 +91,8 @@ def attention(variables: Mapping[str, Any],
     blocks.append(('cross_atten', 'cross_attention'))
   for lingvo_name, praxis_name in blocks:
     out[lingvo_name] = NestedMap(
-        layer_norm=_nmap(variables['layer_norm']),
-        atten=_attention(variables[praxis_name]),
+        layer_norm=_nmap(jax_initial_vars['layer_norm']),
+        atten=_attention(jax_initial_vars[praxis_name]),
         residual_dropout=1.0,
     )
   return out
@@ -105,33 +105,33 @@ def _softmax_projection(variables: Mapping[str, Any]) -> tuple[NestedMap,
   return out, ffn['linear']['w'], ffn['bias']['b']
 
 
-def single_shard_full_softmax(variables: Mapping[str, Any]) -> NestedMap:
+def single_shard_full_softmax(jax_initial_vars: Mapping[str, Any]) -> NestedMap:
   """FullSoftmax -> Lingvo's SingleShardFullSoftmax ({linear, bias})."""
-  out, w, b = _softmax_projection(variables)
+  out, w, b = _softmax_projection(jax_initial_vars)
   out.linear = NestedMap(w=w)
   out.bias = NestedMap(b=b)
   return out
 
 
-def simple_full_softmax(variables: Mapping[str, Any]) -> NestedMap:
+def simple_full_softmax(jax_initial_vars: Mapping[str, Any]) -> NestedMap:
   """FullSoftmax -> Lingvo's SimpleFullSoftmax (weight_0, bias_0)."""
-  out, w, b = _softmax_projection(variables)
+  out, w, b = _softmax_projection(jax_initial_vars)
   out.weight_0 = w
   out.bias_0 = b
   return out
 
 
-def conv_bnact(variables: Mapping[str, Any]) -> NestedMap:
+def conv_bnact(jax_initial_vars: Mapping[str, Any]) -> NestedMap:
   """ConvBNAct -> Lingvo's ConvBNAct ({conv: {w}, act})."""
-  out = _nmap(variables)
+  out = _nmap(jax_initial_vars)
   out.conv = NestedMap(w=out.pop('w'))
   out.act = NestedMap()
   return out
 
 
-def res_net_block(variables: Mapping[str, Any]) -> NestedMap:
+def res_net_block(jax_initial_vars: Mapping[str, Any]) -> NestedMap:
   """ResNetBlock -> Lingvo's ResNetBlock (`body` a list of its body_i)."""
-  out = _nmap(variables)
+  out = _nmap(jax_initial_vars)
   body_keys = sorted((k for k in out if k.startswith('body_')),
                      key=lambda k: int(k[len('body_'):]))
   out.body = [conv_bnact(out[k]) for k in body_keys]
@@ -141,9 +141,9 @@ def res_net_block(variables: Mapping[str, Any]) -> NestedMap:
   return out
 
 
-def res_net(variables: Mapping[str, Any]) -> NestedMap:
+def res_net(jax_initial_vars: Mapping[str, Any]) -> NestedMap:
   """ResNet -> Lingvo's ResNet (every stage_s_block_b converted)."""
-  out = _nmap(variables)
+  out = _nmap(jax_initial_vars)
   out.entryflow_conv = conv_bnact(out.entryflow_conv)
   out.entryflow_maxpool = NestedMap()
   out.output_spatial_pooling = NestedMap()
@@ -180,12 +180,14 @@ def _light_conv_numpy(variables: Mapping[str, Any],
   )
 
 
-def light_conv(variables: Mapping[str, Any],
-               non_trainable: Mapping[str, Any]) -> NestedMap:
+def light_conv(
+    jax_initial_vars: Mapping[str, Any],
+    jax_initial_non_trainable_vars: Mapping[str, Any]) -> NestedMap:
   """LightConv1D (and its batch-norm statistics) -> Lingvo's LConvLayer,
   as TensorFlow tensors."""
   from praxis import test_utils  # pylint: disable=g-import-not-at-top
-  return test_utils.to_tf_nmap(_light_conv_numpy(variables, non_trainable))
+  return test_utils.to_tf_nmap(
+      _light_conv_numpy(jax_initial_vars, jax_initial_non_trainable_vars))
 
 
 def _conformer_ffn(block: Mapping[str, Any]) -> NestedMap:
@@ -196,16 +198,18 @@ def _conformer_ffn(block: Mapping[str, Any]) -> NestedMap:
   )
 
 
-def conformer_layer(variables: Mapping[str, Any],
-                    non_trainable: Mapping[str, Any]) -> NestedMap:
+def conformer_layer(
+    jax_initial_vars: Mapping[str, Any],
+    jax_initial_non_trainable_vars: Mapping[str, Any]) -> NestedMap:
   """Conformer -> Lingvo's ConformerLayer, as TensorFlow tensors."""
   from praxis import test_utils  # pylint: disable=g-import-not-at-top
-  trans = variables['trans_atten']
+  trans = jax_initial_vars['trans_atten']
   out = NestedMap(
-      lconv=_light_conv_numpy(variables['lconv'], non_trainable['lconv']),
-      final_ln=_layer_norm(variables['final_ln']),
-      fflayer_start=_conformer_ffn(variables['fflayer_start']),
-      fflayer_end=_conformer_ffn(variables['fflayer_end']),
+      lconv=_light_conv_numpy(jax_initial_vars['lconv'],
+                              jax_initial_non_trainable_vars['lconv']),
+      final_ln=_layer_norm(jax_initial_vars['final_ln']),
+      fflayer_start=_conformer_ffn(jax_initial_vars['fflayer_start']),
+      fflayer_end=_conformer_ffn(jax_initial_vars['fflayer_end']),
       trans_atten=NestedMap(
           layer_norm=_nmap(trans['norm']),
           residual_dropout=NestedMap(),

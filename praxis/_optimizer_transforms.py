@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import dataclasses
 import functools
+import inspect
 from typing import Any
 from typing import NamedTuple
 
@@ -200,7 +201,8 @@ def sharded_chain(
 
 
 def sharded_masked(
-    inner: GeneralGradientTransformation, mask: Any
+    inner: GeneralGradientTransformation, mask: Any,
+    use_custom_masked: bool = False,
 ) -> ShardedGradientTransformation:
   """`optax.masked`: transform only the variables where `mask` is True.
 
@@ -208,11 +210,13 @@ def sharded_masked(
     inner: The transformation.
     mask: A tree of bools shaped like (a prefix of) the variables, or a
       function of the variables returning one.
+    use_custom_masked: Kept for Pax's signature (unused there too).
 
   Returns:
     The masked transformation; its `init_partition_spec` is the inner
     transformation's (as in Pax; see `partition_spec_like_state`).
   """
+  del use_custom_masked
   return _sharded(optax.masked(inner, mask), _partition_spec_fn(inner))
 
 
@@ -272,9 +276,9 @@ def _inf_to_nan() -> optax.GradientTransformation:
   )
 
 
-def count_init_fn(params: Any) -> NestedMap:
-  """The state of a transformation that only counts updates."""
-  del params
+def count_init_fn(_: Any) -> NestedMap:
+  """The state of a transformation that only counts updates (of any
+  variables)."""
   return NestedMap(count=jnp.zeros([], jnp.int32))
 
 
@@ -353,6 +357,31 @@ def _per_variable(fn: Callable[..., Any], updates: Any, params: Any,
       updates, params, mask, is_leaf=_is_masked)
 
 
+
+def _optax_option(fn):
+  """Adds Pax's `use_optax_gradient_transformations` argument to a function
+  returning a ShardedGradientTransformation: True returns a plain
+  `optax.GradientTransformationExtraArgs` (no partition-spec function)."""
+
+  @functools.wraps(fn)
+  def wrapper(*args: Any, use_optax_gradient_transformations: bool = False,
+              **kwargs: Any) -> Any:
+    tx = fn(*args, **kwargs)
+    if not use_optax_gradient_transformations:
+      return tx
+    return optax.GradientTransformationExtraArgs(
+        tx.init, lambda u, s, params=None, **_: tx.update(u, s, params))
+
+  sig = inspect.signature(fn)
+  wrapper.__signature__ = sig.replace(parameters=[
+      *sig.parameters.values(),
+      inspect.Parameter('use_optax_gradient_transformations',
+                        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                        default=False, annotation=bool)])
+  return wrapper
+
+
+@_optax_option
 def apply_lp_regularizer(
     var_lp_mask: Any,
     regularizer_weight: float | None = 0.0,
@@ -392,6 +421,7 @@ def apply_lp_regularizer(
   return _counted(update_fn)
 
 
+@_optax_option
 def apply_decoupled_weight_decay(
     learning_rate_fn: Schedule,
     var_wd_mask: Any,
@@ -421,6 +451,7 @@ def apply_decoupled_weight_decay(
   return _counted(update_fn)
 
 
+@_optax_option
 def apply_ewc_regularization(
     learning_rate_fn: Schedule,
     ewc_regularizer_weight: float = 0.0,
@@ -468,6 +499,7 @@ def apply_ewc_regularization(
   return _sharded(optax.GradientTransformation(init_fn, update_fn))
 
 
+@_optax_option
 def apply_ema_weights(decay: float) -> ShardedGradientTransformation:
   """Keeps an exponential moving average of the variables in the state.
 

@@ -128,10 +128,10 @@ def default_param_init() -> WeightInit:
   return WeightInit('xavier', _DEFAULT_XAVIER_SCALE)
 
 
-def is_default_param_init(init: Any) -> bool:
-  """Whether `init` (a `WeightInit` or a config of one) is the default."""
-  method = getattr(init, 'method', None)
-  scale = getattr(init, 'scale', None)
+def is_default_param_init(p: Any) -> bool:
+  """Whether `p` (a `WeightInit` or a config of one) is the default."""
+  method = getattr(p, 'method', None)
+  scale = getattr(p, 'scale', None)
   return (
       method == 'xavier'
       and isinstance(scale, (int, float))
@@ -283,14 +283,14 @@ def _scale_for(method: str, scale: float, var_p: WeightHParams) -> float:
 
 
 def init_var(
-    var_full_name: str, var_p: WeightHParams, prng_key: JTensor
+    var_p: WeightHParams, prng_key: JTensor, var_full_name: str
 ) -> JTensor:
   """The initial value of the variable `var_full_name` declared by `var_p`.
 
   Args:
-    var_full_name: The variable's path, for messages.
     var_p: Its declaration, with `init` and `dtype` set.
     prng_key: Randomness for it alone.
+    var_full_name: The variable's path, for messages.
 
   Returns:
     An array of `var_p.shape` and `var_p.dtype`.
@@ -380,25 +380,27 @@ class BoxedParam(struct.PyTreeNode, meta.AxisMetadata):
   value: Any
   meta: WeightHParams = struct.field(pytree_node=False)
 
-  def unbox(self) -> Any:
+  def unbox(self, apply_constraint: bool = True) -> Any:
+    del apply_constraint  # As Pax: no sharding constraint here.
     return self.value
 
   def replace_boxed(self, val: Any) -> BoxedParam:
     return self.replace(value=val)
 
-  def add_axis(self, index: int, params: dict[str, Any]) -> BoxedParam:
+  def add_axis(self, index: int,
+               metadata_params: dict[str, Any]) -> BoxedParam:
     if index != 0:
       raise ValueError('Pax variables are only stacked on their first axis.')
     hp = copy.deepcopy(self.meta)
-    size = params.get('x_times')
+    size = metadata_params.get('x_times')
     if size is None:
       size = self.value.shape[0] if hasattr(self.value, 'shape') else 1
     inner = hp.repeat_prefix_split_dims_mapping or (-1,) * len(
         hp.repeat_prefix or [])
     hp.repeat_prefix = [size] + list(hp.repeat_prefix or [])
-    sub = params.get('sub_weight_split_dims_mapping') or (-1,)
+    sub = metadata_params.get('sub_weight_split_dims_mapping') or (-1,)
     hp.repeat_prefix_split_dims_mapping = tuple(sub) + tuple(inner)  # As Pax.
-    opt = params.get('optimizer_dims_mapping')
+    opt = metadata_params.get('optimizer_dims_mapping')
     if opt is not None:
       hp.repeat_optimizer_dims_mapping = tuple(opt) + tuple(
           hp.repeat_optimizer_dims_mapping or ()
@@ -409,7 +411,8 @@ class BoxedParam(struct.PyTreeNode, meta.AxisMetadata):
       hp.fan_out_axes = [a + 1 for a in hp.fan_out_axes]
     return self.replace(meta=hp)
 
-  def remove_axis(self, index: int, params: dict[str, Any]) -> BoxedParam:
+  def remove_axis(self, index: int,
+                  metadata_params: dict[str, Any]) -> BoxedParam:
     if index != 0:
       raise ValueError('Pax variables are only stacked on their first axis.')
     hp = copy.deepcopy(self.meta)
@@ -525,9 +528,15 @@ var_requires_sum_sync = _in_collection(WeightHParamsCollection.REQUIRES_SUM_SYNC
 var_disallow_bfloat16_conversion = _in_collection(
     WeightHParamsCollection.DISALLOW_BFLOAT16_CONVERSION
 )
-var_skip_lp_regularization = _in_collection(
-    WeightHParamsCollection.SKIP_LP_REGULARIZATION
-)
+
+
+def var_skip_lp_regularization(var_params: WeightHParams) -> bool:
+  """Whether a variable is left out of Lp regularization (Pax's argument
+  name, `var_params`)."""
+  return _in_collection(WeightHParamsCollection.SKIP_LP_REGULARIZATION)(
+      var_params)
+
+
 var_overwrite_with_gradient = _in_collection(
     WeightHParamsCollection.OVERWRITE_WITH_GRADIENT
 )

@@ -196,7 +196,7 @@ def _shared_layer_cache() -> weakref.WeakKeyDictionary:
 _SHARED_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any,
+def instantiate_layer(layer_p: pax_fiddle.Config, scope: Any,
                       owned: bool = False) -> Any:
   """Builds a child layer; layers with a `shared_weight_layer_id` are shared.
 
@@ -208,7 +208,7 @@ def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any,
 
   Args:
     layer_p: The child's config.
-    scope_root: The root scope of the current `init`/`apply`.
+    scope: The root scope of the current `init`/`apply`.
     owned: `layer_p` is a copy made for this call, built in place (see
       `pax_fiddle.build_owned`).
 
@@ -216,11 +216,11 @@ def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any,
     The layer.
   """
   shared_id = getattr(layer_p, 'shared_weight_layer_id', None)
-  if not shared_id or scope_root is None:
+  if not shared_id or scope is None:
     if owned:
       return pax_fiddle.build_owned(layer_p)
     return pax_fiddle.instantiate(layer_p)
-  cache = _shared_layer_cache().setdefault(scope_root, {})
+  cache = _shared_layer_cache().setdefault(scope, {})
   if shared_id in cache:
     layer, first_p, _ = cache[shared_id]
     if fdl.get_callable(first_p) is not fdl.get_callable(layer_p):
@@ -234,7 +234,7 @@ def instantiate_layer(layer_p: pax_fiddle.Config, scope_root: Any,
   wrapped_p.shared_weight_layer_id = None
   wrapper = pax_fiddle.instantiate(
       pax_fiddle.Config(_SharedLayerHolder, name=shared_id, cld_tpl=wrapped_p),
-      parent=scope_root,
+      parent=scope,
   )
   layer = wrapper.cld
   # Flax holds parents weakly: the cache keeps the holder alive.
@@ -308,21 +308,21 @@ class BoxedPartitionSpec:
   meta: Any = struct.field(pytree_node=False)
 
 
-def is_sublayer_template_or_instance(value: Any) -> bool:
-  """Whether `value` is a layer, a layer config, or a container of them."""
-  if isinstance(value, BaseLayer):
+def is_sublayer_template_or_instance(val: Any) -> bool:
+  """Whether `val` is a layer, a layer config, or a container of them."""
+  if isinstance(val, BaseLayer):
     return True
-  if isinstance(value, pax_fiddle.Config):
-    cls = fdl.get_callable(value)
+  if isinstance(val, pax_fiddle.Config):
+    cls = fdl.get_callable(val)
     return isinstance(cls, type) and issubclass(cls, BaseLayer)
-  if isinstance(value, collections.abc.Mapping):
-    if all(isinstance(k, str) for k in value):
-      return is_sublayer_template_or_instance(list(value.values()))
+  if isinstance(val, collections.abc.Mapping):
+    if all(isinstance(k, str) for k in val):
+      return is_sublayer_template_or_instance(list(val.values()))
     return False
-  if isinstance(value, (list, tuple)):
-    layers = [is_sublayer_template_or_instance(v) for v in value]
+  if isinstance(val, (list, tuple)):
+    layers = [is_sublayer_template_or_instance(v) for v in val]
     return any(layers) and all(
-        is_layer or v is None for is_layer, v in zip(layers, value)
+        is_layer or v is None for is_layer, v in zip(layers, val)
     )
   return False
 
@@ -732,13 +732,13 @@ class BaseLayer(nn.Module):
 
     if trainable:
       self.param(
-          name, lambda key: BoxedParam(init_var(path, hp, key), meta=hp)
+          name, lambda key: BoxedParam(init_var(hp, key, path), meta=hp)
       )
       return self._read_param(name)
     self.variable(
         NON_TRAINABLE,
         name,
-        lambda: BoxedParam(init_var(path, hp, self.make_rng(PARAMS)), meta=hp),
+        lambda: BoxedParam(init_var(hp, self.make_rng(PARAMS), path), meta=hp),
     )
     return self.get_var(name)
 
@@ -836,10 +836,10 @@ class BaseLayer(nn.Module):
     """The decoder-cache entry `name`."""
     return self.get_variable(DECODE_CACHE, name)
 
-  def update_decode_state(self, name: str, state: JTensor) -> None:
+  def update_decode_state(self, name: str, new_state: JTensor) -> None:
     """Sets the decoder-cache entry `name` (when the cache is mutable)."""
     if self.is_mutable_collection(DECODE_CACHE):
-      self.put_variable(DECODE_CACHE, name, state)
+      self.put_variable(DECODE_CACHE, name, new_state)
 
   # -- Summaries, auxiliary losses, randomness ------------------------------
 
@@ -1112,16 +1112,22 @@ def assert_has_shape(t: JTensor, shape: Sequence[int]) -> None:
     raise ValueError(f'Expected a tensor of shape {shape}, got {t.shape}.')
 
 
-def compatible_hparams(a: Any, b: Any) -> bool:
+def compatible_hparams(hparams1: Any, hparams2: Any) -> bool:
   """Whether two layer configs are equal but for their names."""
-  a, b = copy.copy(a), copy.copy(b)
-  a.name = b.name = ''
-  return a == b
+  hparams1, hparams2 = copy.copy(hparams1), copy.copy(hparams2)
+  hparams1.name = hparams2.name = ''
+  return hparams1 == hparams2
 
 
-def get_template_fields(cls: type[Any]) -> frozenset[str]:
-  """Names of the template fields of a layer class."""
-  return pax_fiddle.template_field_names(cls)
+def get_template_fields(template: pax_fiddle.Config) -> list[str]:
+  """The names of the arguments `template` (a config) can set, in order,
+  defaulted and unset ones included (not `cls`); TypeError for others."""
+  if not isinstance(template, pax_fiddle.Config):
+    raise TypeError(f'get_template_fields takes a pax_fiddle.Config, got '
+                    f'{type(template).__name__}.')
+  return list(fdl.ordered_arguments(template, include_defaults=True,
+                                    include_unset=True,
+                                    include_positional=False))
 
 
 def is_running_under_pmap() -> bool:

@@ -410,7 +410,7 @@ class InitializersTest(test_utils.TestCase):
 
   def _draw(self, init, shape=SHAPE):
     hp = WeightHParams(shape=list(shape), init=init, dtype=jnp.float32)
-    return np.asarray(base_layer.init_var('v', hp, jax.random.PRNGKey(7)))
+    return np.asarray(base_layer.init_var(hp, jax.random.PRNGKey(7), 'v'))
 
   @parameterized.parameters(
       ('Gaussian', 0.5, 0.5),

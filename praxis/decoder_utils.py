@@ -256,10 +256,11 @@ def left_align_tensor(
   return jax.vmap(one)(x, prefix_lengths)
 
 
-def has_any_eos(x: JTensor, eos_id: int | Sequence[int] | JTensor) -> JTensor:
-  """Whether each entry of `x` is (one of) `eos_id`."""
-  eos = jnp.atleast_1d(jnp.asarray(eos_id, jnp.int32))
-  return jnp.any(x[..., None] == eos, axis=-1)
+def has_any_eos(arr: JTensor,
+                eos_ids: int | Sequence[int] | JTensor) -> JTensor:
+  """Whether each entry of `arr` is (one of) `eos_ids`."""
+  eos = jnp.atleast_1d(jnp.asarray(eos_ids, jnp.int32))
+  return jnp.any(arr[..., None] == eos, axis=-1)
 
 
 def _ends_with(stop_sequence: JTensor, output_ids: JTensor,
@@ -277,12 +278,12 @@ def _ends_with(stop_sequence: JTensor, output_ids: JTensor,
 
 
 def end_with_sequences(
-    end_sequences: JTensor, output_ids: JTensor, decode_step: int | JTensor
+    stop_sequences: JTensor, output_ids: JTensor, decode_step: int | JTensor
 ) -> JTensor:
-  """Whether `output_ids[b, :decode_step + 1]` ends with `end_sequences[b]`.
+  """Whether `output_ids[b, :decode_step + 1]` ends with `stop_sequences[b]`.
 
   Args:
-    end_sequences: [B, L] stop sequences, left-padded with 0s (a 0 matches
+    stop_sequences: [B, L] stop sequences, left-padded with 0s (a 0 matches
       any token).
     output_ids: [B, T].
     decode_step: Index of the last decoded token.
@@ -291,25 +292,25 @@ def end_with_sequences(
     [B] booleans.
   """
   return jax.vmap(_ends_with, in_axes=(0, 0, None))(
-      end_sequences, output_ids, decode_step)
+      stop_sequences, output_ids, decode_step)
 
 
 def end_with_any_sequence_any_position(
-    stop_sequences: JTensor, output_ids: JTensor, decode_steps: JTensor
+    stop_sequence: JTensor, output_ids: JTensor, decode_step: JTensor
 ) -> JTensor:
   """For every example, position and stop sequence: does a match end there?
 
   Args:
-    stop_sequences: [B, S, L] stop sequences, left-padded with 0s.
+    stop_sequence: [B, S, L] stop sequences, left-padded with 0s.
     output_ids: [B, T].
-    decode_steps: [B, P] positions (the index of a match's last token).
+    decode_step: [B, P] positions (the index of a match's last token).
 
   Returns:
     [B, P, S] booleans.
   """
   per_seq = jax.vmap(_ends_with, in_axes=(0, None, None))
   per_pos = jax.vmap(per_seq, in_axes=(None, None, 0))
-  return jax.vmap(per_pos)(stop_sequences, output_ids, decode_steps)
+  return jax.vmap(per_pos)(stop_sequence, output_ids, decode_step)
 
 
 def find_first_new_stop_seq_match(

@@ -624,5 +624,36 @@ class OptimizersTest(test_utils.TestCase):
                      result.stderr[-2000:])
 
 
+
+class OptaxOptionTest(test_utils.TestCase):
+  """Pax's `use_optax_gradient_transformations` of the apply_* helpers."""
+
+  def test_plain_optax_transformations_with_the_same_updates(self):
+    params = {'w': jnp.array([1.0, -2.0]), 'b': jnp.array([0.5])}
+    grads = {'w': jnp.array([0.1, 0.2]), 'b': jnp.array([0.3])}
+    lr = lambda count: 0.1
+    makers = [
+        lambda **kw: optimizers.apply_lp_regularizer(None, 0.01, **kw),
+        lambda **kw: optimizers.apply_decoupled_weight_decay(lr, None, 0.01,
+                                                             **kw),
+        lambda **kw: optimizers.apply_ewc_regularization(lr, 0.5, **kw),
+        lambda **kw: optimizers.apply_ema_weights(0.9, **kw),
+    ]
+    for make in makers:
+      sharded = make()
+      plain = make(use_optax_gradient_transformations=True)
+      self.assertIsInstance(plain, optax.GradientTransformationExtraArgs)
+      self.assertFalse(hasattr(plain, 'init_partition_spec'))
+      want, _ = sharded.update(grads, sharded.init(params), params)
+      got, _ = plain.update(grads, plain.init(params), params)
+      self.assertAllClose(got, want)
+    # L2 by hand: g + w * v.
+    l2 = optimizers.apply_lp_regularizer(
+        None, 0.01, use_optax_gradient_transformations=True)
+    got, _ = l2.update(grads, l2.init(params), params)
+    self.assertAllClose(got['w'], np.array([0.1, 0.2]) + 0.01 * np.array(
+        [1.0, -2.0]), atol=1e-7)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -326,9 +326,9 @@ class FieldMetadata:
   buildable_initializer: Callable[[], Any] | None
 
 
-def field_metadata(fld: dataclasses.Field) -> FieldMetadata | None:
+def field_metadata(dc_field: dataclasses.Field) -> FieldMetadata | None:
   """The `FieldMetadata` of a dataclass field, or None for a plain field."""
-  md = fld.metadata
+  md = dc_field.metadata
   if _TAGS not in md and _CONFIG_FACTORY not in md:
     return None
   return FieldMetadata(
@@ -616,9 +616,9 @@ def update_callable(
   _apply_field_metadata(buildable)
 
 
-def field_has_tag(fld: dataclasses.Field, tag: Any) -> bool:
+def field_has_tag(dc_field: dataclasses.Field, tag: Any) -> bool:
   """Whether a Pax dataclass field was declared with `tag`."""
-  meta = field_metadata(fld)
+  meta = field_metadata(dc_field)
   return meta is not None and tag in meta.tags
 
 
@@ -771,24 +771,24 @@ def _contains_buildable(value: Any) -> bool:
   )
 
 
-def wrap_templates(root: Any) -> Any:
-  """Returns a copy of `root` whose template arguments build to themselves.
+def wrap_templates(buildable: Any) -> Any:
+  """Returns a copy of `buildable` whose template arguments build to themselves.
 
   Configs and containers are copied; other objects passed as arguments (e.g.
   an already built model) are shared, not copied.
 
   Args:
-    root: A config tree.
+    buildable: A config tree.
 
   Returns:
     The copy.
   """
   memo = {
       id(value): value
-      for value, _ in daglish.iterate(root)
+      for value, _ in daglish.iterate(buildable)
       if not isinstance(value, (fdl.Buildable, list, tuple, dict))
   }
-  return _wrap_templates_in_place(copy.deepcopy(root, memo))
+  return _wrap_templates_in_place(copy.deepcopy(buildable, memo))
 
 
 def _wrap_templates_in_place(root: Any) -> Any:
@@ -810,14 +810,14 @@ def _wrap_templates_in_place(root: Any) -> Any:
   return root
 
 
-def copy_inheritable_base_layer_params(root: Any) -> None:
+def copy_inheritable_base_layer_params(buildable: Any) -> None:
   """Copies base hparams (dtype, mesh, ...) from each layer config to its kids.
 
   Applies `copy_base_hparams(parent, child)` of the parent's class to every
   layer config nested inside another layer config, parents first.
 
   Args:
-    root: A config tree, changed in place.
+    buildable: A config tree, changed in place.
   """
 
   def visit(value: Any, parent: Any) -> None:
@@ -842,7 +842,7 @@ def copy_inheritable_base_layer_params(root: Any) -> None:
     if isinstance(value, fdl.Buildable):
       visit(value.__fn_or_cls__, new_parent)
 
-  visit(root, None)
+  visit(buildable, None)
 
 
 @contextlib.contextmanager
@@ -857,34 +857,35 @@ def empty_flax_module_stack():
     stack[:] = saved
 
 
-def build_with_empty_flax_module_stack(root: Any) -> Any:
-  """Builds the arguments of `root` unparented, then `root` itself.
+def build_with_empty_flax_module_stack(buildable: Any) -> Any:
+  """Builds the arguments of `buildable` unparented, then `buildable` itself.
 
   Nested layers are created outside any flax module so that the layer that
   receives them adopts them; the top object is created under the current
   module (so `p.Instantiate()` inside `setup` makes a child of that layer).
 
   Args:
-    root: A Buildable or a structure of them.
+    buildable: A Buildable or a structure of them.
 
   Returns:
     The built object.
   """
-  if not isinstance(root, fdl.Buildable):
-    if not _contains_buildable(root):
-      return root
+  if not isinstance(buildable, fdl.Buildable):
+    if not _contains_buildable(buildable):
+      return buildable
     with empty_flax_module_stack():
-      return fdl.build(root)
-  arguments = dict(root.__arguments__)
+      return fdl.build(buildable)
+  arguments = dict(buildable.__arguments__)
   if _contains_buildable(arguments):
     with empty_flax_module_stack():
       arguments = fdl.build(arguments)
-  args, kwargs = root.__signature_info__.transform_to_args_kwargs(arguments)
+  args, kwargs = buildable.__signature_info__.transform_to_args_kwargs(
+      arguments)
   try:
-    return root.__build__(*args, **kwargs)
+    return buildable.__build__(*args, **kwargs)
   except TypeError as e:
     raise TypeError(
-        f'Cannot build {_class_name(root.__fn_or_cls__)}: {e}'
+        f'Cannot build {_class_name(buildable.__fn_or_cls__)}: {e}'
     ) from e
 
 

@@ -178,8 +178,8 @@ class GhostNormPaxConfig(pax_fiddle.Config):
     )
 
   @staticmethod
-  def from_pax_config(config: pax_fiddle.Config) -> GhostNormPaxConfig:
-    values, metadata = config.__flatten__()
+  def from_pax_config(pax_config: pax_fiddle.Config) -> GhostNormPaxConfig:
+    values, metadata = pax_config.__flatten__()
     return GhostNormPaxConfig.__unflatten__(values, metadata)
 
   def to_pax_config(self) -> pax_fiddle.Config:

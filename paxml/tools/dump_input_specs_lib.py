@@ -35,20 +35,20 @@ def _provider_specs(experiment: base_experiment.BaseExperiment) -> Any:
   return instantiate(provider_p).get_input_specs()
 
 
-def extract_input_specs(experiment: base_experiment.BaseExperiment
+def extract_input_specs(experiment_config: base_experiment.BaseExperiment
                         ) -> tuple[Any, Any]:
   """(specs from the input specs provider, specs of a training batch).
 
   Args:
-    experiment: The experiment.
+    experiment_config: The experiment_config.
 
   Returns:
     Nested `jax.ShapeDtypeStruct`s; the first is None when the provider is
     the default one (which reads the training input), the second when the
-    experiment has no training input.
+    experiment_config has no training input.
   """
-  from_provider = _provider_specs(experiment)
-  train = [d for d in experiment.datasets() if d.is_training]
+  from_provider = _provider_specs(experiment_config)
+  train = [d for d in experiment_config.datasets() if d.is_training]
   if not train:
     return from_provider, None
   batch = instantiate(train[0].clone()).get_next_padded()

@@ -29,9 +29,9 @@ _BS = flags.DEFINE_integer(
     'bs', -1, "The per-core batch size (-1: the experiment's).")
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}.')
+def main(unused_argv: Sequence[str]) -> None:
+  if len(unused_argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {unused_argv[1:]}.')
   try:
     parser = model_analysis_lib.ExperimentParser(_tool_flags.experiment(),
                                                  _BS.value)

@@ -106,22 +106,27 @@ def limited_context_mask(
     right_context: int | None,
     time_size: int,
     dtype: Any = jnp.float32,
+    column_time_size: int | None = None,
 ) -> JTensor:
-  """[1, 1, T, T]: position t sees (t - left_context, t + right_context].
+  """Additive mask [T, C]: row t sees columns (t - left_context,
+  t + right_context].
 
   Args:
     left_context: Positions visible to the left, counting the current one
       (None: all).
     right_context: Positions visible to the right (None: all).
-    time_size: T.
+    time_size: T, the rows (queries).
     dtype: Dtype of the mask.
+    column_time_size: C, the columns (keys); default T.
   """
-  left = time_size if left_context is None else left_context
-  right = time_size if right_context is None else right_context
+  cols = time_size if column_time_size is None else column_time_size
+  unlimited = max(time_size, cols)
+  left = unlimited if left_context is None else left_context
+  right = unlimited if right_context is None else right_context
   row = jnp.arange(time_size)[:, None]
-  col = jnp.arange(time_size)[None, :]
+  col = jnp.arange(cols)[None, :]
   outside = (col + left <= row) | (row < col - right)
-  return (outside.astype(dtype) * _large_negative(dtype))[None, None]
+  return outside.astype(dtype) * _large_negative(dtype)
 
 
 def merge_masks(a: JTensor, b: JTensor) -> JTensor:

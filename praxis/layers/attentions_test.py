@@ -140,7 +140,12 @@ class MasksTest(test_utils.TestCase):
     mask = np.asarray(attentions.limited_context_mask(2, 1, 5))
     t, s = np.arange(5)[:, None], np.arange(5)[None, :]
     allowed = (s > t - 2) & (s <= t + 1)
-    self.assertAllClose(mask[0, 0], np.where(allowed, 0.0, NEG))
+    self.assertAllClose(mask, np.where(allowed, 0.0, NEG))  # [T, T], as Pax.
+    # More columns than rows: [T, C].
+    wide = np.asarray(attentions.limited_context_mask(2, 1, 3,
+                                                      column_time_size=6))
+    t, s = np.arange(3)[:, None], np.arange(6)[None, :]
+    self.assertAllClose(wide, np.where((s > t - 2) & (s <= t + 1), 0.0, NEG))
 
   def test_merge_masks_expands_key_mask(self):
     pad = attentions.convert_paddings_to_mask(np.array([[0.0, 1.0]]))

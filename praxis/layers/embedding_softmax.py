@@ -932,8 +932,11 @@ class GShardSharedEmbeddingSoftmax(base_layer.BaseLayer):
     del time_step
     return self.emb_lookup(ids)
 
-  def get_logits(self, inputs: JTensor) -> JTensor:
-    """Logits [..., num_classes] of inputs [..., input_dims]."""
+  def get_logits(self, inputs: JTensor,
+                 input_ids: JTensor | None = None) -> JTensor:
+    """Logits [..., num_classes] of inputs [..., input_dims] (`input_ids`
+    unused: Pax's signature)."""
+    del input_ids
     inputs = inputs * self.input_dims**-0.5
     logits = linears.project_last_dim(
         inputs, jnp.transpose(self.embedding.theta.w)
@@ -952,8 +955,11 @@ class GShardSharedEmbeddingSoftmax(base_layer.BaseLayer):
       class_weights: JTensor,
       class_ids: JTensor | None = None,
       class_probabilities: JTensor | None = None,
+      input_ids: JTensor | None = None,
   ) -> NestedMap:
-    """As FullSoftmax.__call__, plus `avg_xent_weight` (the denominator)."""
+    """As FullSoftmax.__call__, plus `avg_xent_weight` (the denominator);
+    `input_ids` is unused (Pax's signature)."""
+    del input_ids
     if class_ids is None and class_probabilities is None:
       raise ValueError('GShardSharedEmbeddingSoftmax: give class_ids or '
                        'class_probabilities.')

@@ -261,11 +261,11 @@ def GlamUniTransformerLmHParams(  # pylint: disable=invalid-name
     z_loss_weight=1e-4,
     combine_qkv=False,
     bidirectional=False,
-    repeat=True,
     num_pipeline_stages=1,
     num_pipeline_microbatches=1,
     model_type=LanguageModelType.CAUSAL,
     checkpoint_policy=AutodiffCheckpointType.SAVE_NOTHING,
+    repeat=True,
 ) -> pax_fiddle.Config[transformer_models.TransformerLm]:
   """A decoder-only GLaM TransformerLm (dense, or MoE every other layer).
 

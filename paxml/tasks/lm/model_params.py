@@ -199,20 +199,20 @@ def inner_stack(stack_p: LayerTpl) -> LayerTpl:
   return stack_p
 
 
-def maybe_setup_moe_params(stack_p: LayerTpl) -> None:
+def maybe_setup_moe_params(model_p: LayerTpl) -> None:
   """Gives a stack's MoE template the settings of its feed-forward layers.
 
   A no-op unless the (inner) StackedTransformer has `num_experts` > 0.
 
   Args:
-    stack_p: A StackedTransformer, StackedTransformerRepeated or
+    model_p: A StackedTransformer, StackedTransformerRepeated or
       PipelinedTransformer config (changed in place).
   """
-  stack_p = inner_stack(stack_p)
-  if not stack_p.num_experts:
+  model_p = inner_stack(model_p)
+  if not model_p.num_experts:
     return
-  ff_p = stack_p.transformer_layer_params_tpl.tr_fflayer_tpl
-  moe_p = stack_p.moe_layer_tpl
+  ff_p = model_p.transformer_layer_params_tpl.tr_fflayer_tpl
+  moe_p = model_p.moe_layer_tpl
   base_layer.BaseLayer.copy_base_hparams(ff_p, moe_p)
   moe_p.name = ff_p.name
   moe_p.input_dims = ff_p.input_dims

@@ -71,13 +71,13 @@ class TaskNormalizer(ComponentNormalizer):
   remove_sharding_annotations: bool
   unshare_sharding_config: bool
 
-  def __call__(self, config: _T) -> _T:
-    config = super().__call__(config)
+  def __call__(self, task_config: _T) -> _T:
+    task_config = super().__call__(task_config)
     if self.remove_sharding_annotations:
-      return remove_sharding.remove_sharding(config)
+      return remove_sharding.remove_sharding(task_config)
     if self.unshare_sharding_config:
-      return unshare_sharding.unshare_sharding(config)
-    return config
+      return unshare_sharding.unshare_sharding(task_config)
+    return task_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,11 +91,12 @@ class DatasetNormalizer(ComponentNormalizer):
 
   convert_seqio_task_objects: bool
 
-  def __call__(self, config: _T) -> _T:
-    config = super().__call__(config)
+  def __call__(self, dataset_config: _T) -> _T:
+    dataset_config = super().__call__(dataset_config)
     if self.convert_seqio_task_objects and importlib.util.find_spec('seqio'):
-      config = convert_seqio_task_objects.convert_seqio_tasks(config)
-    return config
+      dataset_config = convert_seqio_task_objects.convert_seqio_tasks(
+          dataset_config)
+    return dataset_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,9 +116,10 @@ class ExperimentNormalizer:
   remove_eval_datasets: bool
   remove_decode_datasets: bool
 
-  def __call__(self, config: fdl.Config) -> fdl.Config:
-    """A normalized copy of the experiment config (unset fields stay unset)."""
-    arguments = fdl.ordered_arguments(config)
+  def __call__(self, experiment_config: fdl.Config) -> fdl.Config:
+    """A normalized copy of the experiment config (unset fields stay
+    unset)."""
+    arguments = fdl.ordered_arguments(experiment_config)
     dropped = {'eval_datasets': self.remove_eval_datasets,
                'decode_datasets': self.remove_decode_datasets}
     changes = {}
@@ -127,7 +129,7 @@ class ExperimentNormalizer:
       normalize = (self.task_normalizer if name == 'task'
                    else self.dataset_normalizer)
       changes[name] = normalize(arguments[name])
-    result = fdl.copy_with(config, **changes)
+    result = fdl.copy_with(experiment_config, **changes)
     for name, drop in dropped.items():
       if drop and name in arguments:
         delattr(result, name)

@@ -310,12 +310,12 @@ def reduce_precision(
     use_symmetric: bool = True,
     use_fp: bool = False,
     add_scale_eps: bool = False,
-    scale_eps: float = -1.0,
     per_channel: bool = False,
     random_rounding: bool = False,
     key: jax.Array | None = None,
     save_fp8_to_int8: bool = True,
     quant_method: str = 'default',
+    scale_eps: float = -1.0,
 ) -> tuple[JTensor, JTensor, JTensor | None]:
   """Quantizes `t` with one scale per slice over `contract_dims`.
 

@@ -48,30 +48,30 @@ AutodiffCheckpointType = checkpoint_policy.AutodiffCheckpointType
 GPT_EOS_ID = 1
 
 
-def configure_gpt3_task(exp: Any, task_p: Any) -> Any:
+def configure_gpt3_task(cls: Any, task_p: Any) -> Any:
   """GPT-3's details: unscaled matmul embeddings, unbiased softmax without
   logit cap, biased attention without per-dim scale, tanh-GELU, LayerNorm
   epsilon LAYERNORM_EPSILON (float32 statistics), N(0, INIT_STD) weights."""
   model_p = task_p.model
   model_p.decoder_tpl.eos_id = GPT_EOS_ID
-  model_p.decoder_tpl.seqlen = exp.MAX_SEQ_LEN
+  model_p.decoder_tpl.seqlen = cls.MAX_SEQ_LEN
   model_p.apply_eval_sample_weights = True
-  model_p.params_init = WeightInit.Gaussian(exp.INIT_STD)
+  model_p.params_init = WeightInit.Gaussian(cls.INIT_STD)
   lm_p = model_p.lm_tpl
   softmax_p = lm_p.softmax_tpl
-  softmax_p.params_init = WeightInit.Gaussian(exp.SOFTMAX_INIT_STD)
+  softmax_p.params_init = WeightInit.Gaussian(cls.SOFTMAX_INIT_STD)
   softmax_p.feed_forward_tpl.has_bias = False
   softmax_p.soft_cap_logits = None
   embedding_p = lm_p.separate_embedding_tpl or softmax_p
   embedding_p.scale_sqrt_depth = False
-  embedding_p.lookup_style = exp.EMBEDDING_LOOKUP_STYLE
-  if exp.TRAINABLE_POSITION_EMB:
-    lm_p.position_emb_tpl.lookup_style = exp.EMBEDDING_LOOKUP_STYLE
+  embedding_p.lookup_style = cls.EMBEDDING_LOOKUP_STYLE
+  if cls.TRAINABLE_POSITION_EMB:
+    lm_p.position_emb_tpl.lookup_style = cls.EMBEDDING_LOOKUP_STYLE
   layer_p = model_params.inner_stack(
       lm_p.stacked_transformer_tpl).transformer_layer_params_tpl
   for ln_p in (layer_p.ln_tpl, layer_p.tr_fflayer_tpl.ln_tpl,
                lm_p.final_ln_tpl):
-    ln_p.epsilon = exp.LAYERNORM_EPSILON
+    ln_p.epsilon = cls.LAYERNORM_EPSILON
     ln_p.reductions_in_fp32 = True
   layer_p.tr_fflayer_tpl.activation_tpl.approximate = True
   for atten_p in (layer_p.tr_atten_tpl, layer_p.cross_atten_tpl):

@@ -47,7 +47,7 @@ def _cosine_steps(exp: Any) -> tuple[int, int, int]:
   return warmup, start, end
 
 
-def set_adam_and_learning_rate_schedule(exp: Any, task_p: TaskConfig
+def set_adam_and_learning_rate_schedule(cls: Any, task_p: TaskConfig
                                         ) -> TaskConfig:
   """Adam and the LR_SCHEDULE of the experiment's ADAM_* and LR_* attributes.
 
@@ -56,48 +56,48 @@ def set_adam_and_learning_rate_schedule(exp: Any, task_p: TaskConfig
   as `_cosine_steps` says.
 
   Args:
-    exp: The experiment (its CLASS_ATTRs are read).
+    cls: The experiment (its CLASS_ATTRs are read).
     task_p: The task config (changed in place).
 
   Returns:
     `task_p`.
   """
-  learning_rate = exp.LEARNING_RATE
+  learning_rate = cls.LEARNING_RATE
   if learning_rate is None:
-    gbs = _global_batch_size(exp, 'LEARNING_RATE')
+    gbs = _global_batch_size(cls, 'LEARNING_RATE')
     learning_rate = 2e-5 if gbs <= 3584 else 3e-5
   learner_p = task_p.train.learner
   learner_p.loss_name = 'total_loss'
   learner_p.optimizer = pax_fiddle.Config(
-      optimizers.Adam, beta1=exp.ADAM_BETA1 or 0.9,
-      beta2=exp.ADAM_BETA2 or 0.999, weight_decay=exp.WEIGHT_DECAY or 0.0,
-      epsilon=exp.ADAM_EPSILON or 1e-6,
-      epsilon_root=exp.ADAM_EPSILON_ROOT or 0.0,
-      clip_gradient_norm_to_value=exp.CLIP_GRADIENT_NORM_TO_VALUE or 5.0,
-      clip_threshold=exp.ADAM_CLIP_THRESHOLD or 1.0,
+      optimizers.Adam, beta1=cls.ADAM_BETA1 or 0.9,
+      beta2=cls.ADAM_BETA2 or 0.999, weight_decay=cls.WEIGHT_DECAY or 0.0,
+      epsilon=cls.ADAM_EPSILON or 1e-6,
+      epsilon_root=cls.ADAM_EPSILON_ROOT or 0.0,
+      clip_gradient_norm_to_value=cls.CLIP_GRADIENT_NORM_TO_VALUE or 5.0,
+      clip_threshold=cls.ADAM_CLIP_THRESHOLD or 1.0,
       learning_rate=learning_rate)
-  if exp.LR_SCHEDULE == 'linear_rampup_exponential_decay':
+  if cls.LR_SCHEDULE == 'linear_rampup_exponential_decay':
     schedule = pax_fiddle.Config(
         schedules.LinearRampupExponentialDecay,
-        warmup_steps=exp.LR_LRED_WARMUP, decay_start=exp.LR_LRED_DECAY_START,
-        decay_end=exp.LR_LRED_DECAY_END, min_ratio=exp.LR_LRED_MIN_RATIO,
-        max=exp.LR_LRED_MAX)
-  elif exp.LR_SCHEDULE == 'linear_rampup_cosine_decay':
-    warmup, start, end = _cosine_steps(exp)
+        warmup_steps=cls.LR_LRED_WARMUP, decay_start=cls.LR_LRED_DECAY_START,
+        decay_end=cls.LR_LRED_DECAY_END, min_ratio=cls.LR_LRED_MIN_RATIO,
+        max=cls.LR_LRED_MAX)
+  elif cls.LR_SCHEDULE == 'linear_rampup_cosine_decay':
+    warmup, start, end = _cosine_steps(cls)
     schedule = pax_fiddle.Config(
         schedules.LinearRampupCosineDecay, warmup_steps=warmup,
-        decay_start=start, decay_end=end, min_ratio=exp.LR_COS_MIN_RATIO,
-        max=exp.LR_COS_MAX)
+        decay_start=start, decay_end=end, min_ratio=cls.LR_COS_MIN_RATIO,
+        max=cls.LR_COS_MAX)
   else:
     raise ValueError(
-        f'{type(exp).__name__}: LR_SCHEDULE={exp.LR_SCHEDULE!r} must be one '
+        f'{type(cls).__name__}: LR_SCHEDULE={cls.LR_SCHEDULE!r} must be one '
         "of ['linear_rampup_cosine_decay', "
         "'linear_rampup_exponential_decay'].")
   learner_p.optimizer.lr_schedule = schedule
   return task_p
 
 
-def configure_gpt3_task(exp: Any, task_p: TaskConfig) -> TaskConfig:
+def configure_gpt3_task(cls: Any, task_p: TaskConfig) -> TaskConfig:
   """GPT-3's settings (paper and Megatron-LM convergence match).
 
   Gaussian(0.006) init, no softmax bias or logit cap, no sqrt(D) embedding
@@ -105,7 +105,7 @@ def configure_gpt3_task(exp: Any, task_p: TaskConfig) -> TaskConfig:
   GELU.
 
   Args:
-    exp: The experiment (its CLASS_ATTRs are read).
+    cls: The experiment (its CLASS_ATTRs are read).
     task_p: The task config (changed in place).
 
   Returns:
@@ -119,14 +119,14 @@ def configure_gpt3_task(exp: Any, task_p: TaskConfig) -> TaskConfig:
   lm_p.softmax_tpl.soft_cap_logits = None
   emb_p = lm_p.separate_embedding_tpl or lm_p.softmax_tpl
   emb_p.scale_sqrt_depth = False
-  emb_p.lookup_style = exp.EMBEDDING_LOOKUP_STYLE
-  if exp.TRAINABLE_POSITION_EMB:
-    lm_p.position_emb_tpl.lookup_style = exp.EMBEDDING_LOOKUP_STYLE
+  emb_p.lookup_style = cls.EMBEDDING_LOOKUP_STYLE
+  if cls.TRAINABLE_POSITION_EMB:
+    lm_p.position_emb_tpl.lookup_style = cls.EMBEDDING_LOOKUP_STYLE
   layer_p = model_params.inner_stack(
       lm_p.stacked_transformer_tpl).transformer_layer_params_tpl
-  layer_p.ln_tpl.epsilon = exp.LAYERNORM_EPSILON
-  layer_p.tr_fflayer_tpl.ln_tpl.epsilon = exp.LAYERNORM_EPSILON
-  lm_p.final_ln_tpl.epsilon = exp.LAYERNORM_EPSILON
+  layer_p.ln_tpl.epsilon = cls.LAYERNORM_EPSILON
+  layer_p.tr_fflayer_tpl.ln_tpl.epsilon = cls.LAYERNORM_EPSILON
+  lm_p.final_ln_tpl.epsilon = cls.LAYERNORM_EPSILON
   layer_p.tr_atten_tpl.internal_enable_per_dim_scale = False
   layer_p.tr_atten_tpl.use_bias = True
   layer_p.tr_fflayer_tpl.activation_tpl.approximate = True

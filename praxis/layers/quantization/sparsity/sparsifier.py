@@ -57,8 +57,8 @@ def _sr_ste_fwd(inputs, mask, sparse_ste_weight):
   return (mask * inputs, mask, weight), (inputs, mask, weight)
 
 
-def _sr_ste_bwd(sparse_ste_weight, res, g):
-  del sparse_ste_weight
+def _sr_ste_bwd(sparsity_params, res, g):
+  del sparsity_params
   inputs, mask, weight = res
   return g[0] + weight * jnp.multiply(~mask, inputs), None
 
