@@ -1,6 +1,7 @@
 """Tests of praxis.layers.base_ops and of injecting an op into a layer."""
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,38 +78,32 @@ class DoubledArrayLookup(base_ops.ArrayLookup):
     return 2.0 * super().__call__(x, idx)
 
 
-class EmbeddingOpTemplatesTest(test_utils.TestCase):
-  """Pax's `array_lookup_tpl` / `einsum_tpl` of the embedding layers."""
+class EmbeddingOpTemplatesTest(test_utils.TestCase, parameterized.TestCase):
+  """Pax's `array_lookup_tpl` / `einsum_tpl` of the embedding layers: an
+  injected op that doubles its result doubles the embeddings."""
 
-  def test_shared_embedding_softmax(self):
+  @parameterized.parameters(('index', 'array_lookup_tpl', DoubledArrayLookup),
+                            ('matmul', 'einsum_tpl', DoubledEinsumOp))
+  def test_injected_lookup_op(self, style, field, doubled):
+    ops = {'lookup_style': style, field: pax_fiddle.Config(doubled)}
+    shared = instantiate(pax_fiddle.Config(
+        embedding_softmax.SharedEmbeddingSoftmax, name='emb', input_dims=3,
+        num_classes=5, **ops))
+    variables = shared.init(
+        jax.random.PRNGKey(0), jnp.ones((1, 3)), jnp.ones((1, 1)),
+        class_ids=jnp.zeros((1, 1), jnp.int32))
+    table = np.asarray(variables['params']['logits_ffn']['linear']['w']).T
     ids = np.array([[2, 0, 3]])
-    for style, field, doubled in (('index', 'array_lookup_tpl',
-                                   DoubledArrayLookup),
-                                  ('matmul', 'einsum_tpl', DoubledEinsumOp)):
-      layer = instantiate(pax_fiddle.Config(
-          embedding_softmax.SharedEmbeddingSoftmax, name='emb',
-          input_dims=3, num_classes=5, lookup_style=style,
-          **{field: pax_fiddle.Config(doubled)}))
-      variables = layer.init(
-          jax.random.PRNGKey(0), jnp.ones((1, 3)), jnp.ones((1, 1)),
-          class_ids=jnp.zeros((1, 1), jnp.int32))
-      table = np.asarray(variables['params']['logits_ffn']['linear']['w']).T
-      embs = layer.apply(variables, ids, method=layer.emb_lookup)
-      self.assertAllClose(embs, 2.0 * table[ids], atol=1e-6, msg=style)
-
-  def test_trainable_positional_embedding(self):
-    for style, field, doubled in (('index', 'array_lookup_tpl',
-                                   DoubledArrayLookup),
-                                  ('matmul', 'einsum_tpl', DoubledEinsumOp)):
-      layer = instantiate(pax_fiddle.Config(
-          embedding_softmax.TrainablePositionalEmbedding, name='pos',
-          embedding_dims=2, max_seq_length=6, lookup_style=style,
-          **{field: pax_fiddle.Config(doubled)}))
-      variables = layer.init(jax.random.PRNGKey(0), seq_length=4)
-      table = np.asarray(variables['params']['emb_var'])
-      embs = layer.apply(variables, seq_length=4)
-      self.assertAllClose(embs, 2.0 * table[None, :4], atol=1e-6, msg=style)
-
+    self.assertAllClose(
+        shared.apply(variables, ids, method=shared.emb_lookup),
+        2.0 * table[ids], atol=1e-6)
+    positions = instantiate(pax_fiddle.Config(
+        embedding_softmax.TrainablePositionalEmbedding, name='pos',
+        embedding_dims=2, max_seq_length=6, **ops))
+    variables = positions.init(jax.random.PRNGKey(0), seq_length=4)
+    table = np.asarray(variables['params']['emb_var'])
+    self.assertAllClose(positions.apply(variables, seq_length=4),
+                        2.0 * table[None, :4], atol=1e-6)
 
 if __name__ == '__main__':
   absltest.main()

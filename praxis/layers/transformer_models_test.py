@@ -416,7 +416,8 @@ def enc_dec_config():
 
 class EncoderDecoderTest(test_utils.TestCase):
 
-  def test_extend_step_matches_the_forward_pass(self):
+  def _model_and_batch(self):
+    """The model, random variables, and source/target ids and paddings."""
     model = instantiate(enc_dec_config())
     src = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, 5)), jnp.int32)
     src_paddings = jnp.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], jnp.float32)
@@ -424,6 +425,11 @@ class EncoderDecoderTest(test_utils.TestCase):
     tgt_paddings = jnp.zeros((B, T))
     variables = random_variables(self.np_rng, model, src, src_paddings, tgt,
                                  tgt_paddings)
+    return model, variables, (src, src_paddings, tgt, tgt_paddings)
+
+  def test_extend_step_matches_the_forward_pass(self):
+    model, variables, batch = self._model_and_batch()
+    src, src_paddings, tgt, tgt_paddings = batch
 
     def fprop_keeping_first_step(m):
       out = m(src, src_paddings, tgt, tgt_paddings)
@@ -445,13 +451,8 @@ class EncoderDecoderTest(test_utils.TestCase):
       self.assertAllClose(out.logits, full[:, t], atol=1e-5, rtol=1e-5)
 
   def test_fprop_with_encoder_output_and_init_states(self):
-    model = instantiate(enc_dec_config())
-    src = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, 5)), jnp.int32)
-    src_paddings = jnp.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], jnp.float32)
-    tgt = jnp.asarray(self.np_rng.integers(0, VOCAB, (B, T)), jnp.int32)
-    tgt_paddings = jnp.zeros((B, T))
-    variables = random_variables(self.np_rng, model, src, src_paddings, tgt,
-                                 tgt_paddings)
+    model, variables, batch = self._model_and_batch()
+    src, src_paddings, tgt, tgt_paddings = batch
     whole = model.apply(variables, src, src_paddings, tgt, tgt_paddings)
     # The decoder half on the encoder's output gives the same logits.
     halves = model.apply(
