@@ -398,6 +398,17 @@ class SeqIOInput(base_input.BaseInput):
     return isinstance(self._mixture_or_task_inst, self._seqio.Task)
 
   @property
+  def is_mixture(self) -> bool:
+    """Whether the input reads a registered SeqIO mixture."""
+    return (self._mixture_or_task_inst.name
+            in self._seqio.MixtureRegistry.names())
+
+  @property
+  def is_mock_tpu(self) -> bool:
+    """Whether JAX runs on a mock TPU backend (never, outside Google)."""
+    return py_utils.is_mock_tpu_backend()
+
+  @property
   def task_inst(self) -> Any:
     return self._mixture_or_task_inst
 

@@ -153,6 +153,18 @@ class ReadOptionsTest(absltest.TestCase):
     for example in targets.values():
       self.assertEqual(set(example), {'targets'})
 
+  def test_task_or_mixture(self):
+    name = _task([{'targets': [5]}])
+    inp = _input(name, reset_for_eval=True, eval_loop_num_batches=None)
+    self.assertTrue(inp.is_task)
+    self.assertFalse(inp.is_mixture)
+    self.assertFalse(inp.is_mock_tpu)
+    mixture = f'{name}_mixture'
+    seqio.MixtureRegistry.add(mixture, [(name, 1.0)])
+    inp = _input(mixture, reset_for_eval=True, eval_loop_num_batches=None)
+    self.assertTrue(inp.is_mixture)
+    self.assertFalse(inp.is_task)
+
   def test_read_config_is_the_one_seqio_reads_with(self):
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     config = tfds.ReadConfig(shuffle_seed=7)
