@@ -941,8 +941,8 @@ class GShardSharedEmbeddingSoftmax(base_layer.BaseLayer):
     logits = linears.project_last_dim(
         inputs, jnp.transpose(self.embedding.theta.w)
     )
-    ap = self.activation_split_dims_mapping
-    out = linears.step_sharding(ap.out, ap.extend_step_out, logits.ndim)
+    out = linears.step_sharding(self.activation_split_dims_mapping,
+                                logits.ndim)
     logits = base_layer.maybe_shard(logits, out, self.mesh_axis_names)
     logits = soft_cap(logits, self.soft_cap_logits)
     if self.logits_abs_max:

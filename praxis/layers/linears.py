@@ -68,13 +68,15 @@ def project_last_dim(inputs: JTensor, weight: JTensor) -> JTensor:
   return jnp.einsum('...y,yz->...z', inputs, weight)
 
 
-def step_sharding(out: SplitDimsMapping, extend_step_out: SplitDimsMapping,
-                  ndim: int) -> SplitDimsMapping:
-  """The sharding of an output of rank `ndim`: for a 2-D one (a decoding
-  step), `extend_step_out` if it has two entries, else the batch and last
-  entries of a 3-entry `out`; otherwise `out`."""
+def step_sharding(ap: Any, ndim: int) -> SplitDimsMapping:
+  """The sharding of an output of rank `ndim` under a layer's
+  ActivationSharding `ap`: for a 2-D one (a decoding step), its
+  `extend_step_out` if that has two entries, else the batch and last
+  entries of a 3-entry `ap.out`; otherwise `ap.out`."""
+  out = ap.out
   if ndim != 2:
     return out
+  extend_step_out = getattr(ap, 'extend_step_out', None)
   if extend_step_out is not None and len(extend_step_out) == 2:
     return extend_step_out
   if out is not None and len(out) == 3:
@@ -130,9 +132,7 @@ class Linear(base_layer.BaseLayer):
     w = self.theta.w
     _check_last_dim(inputs, w.shape)
     out = self.einsum('...y,yz->...z', inputs, w)
-    out_sharding = step_sharding(self.activation_split_dims_mapping.out,
-                                 getattr(self.activation_split_dims_mapping,
-                                         'extend_step_out', None), out.ndim)
+    out_sharding = step_sharding(self.activation_split_dims_mapping, out.ndim)
     return base_layer.maybe_shard(out, out_sharding, self.mesh_axis_names)
 
 

@@ -151,8 +151,8 @@ class ShardedLinearTest(test_utils.TestCase):
       with jax.set_mesh(mesh):
         y = jax.jit(layer.apply)(variables, x)
       self.assertEqual(y.sharding.spec, want, msg=str(step_out))
-    self.assertEqual(linears.step_sharding(['a', None, 'b'], None, 3),
-                     ['a', None, 'b'])
+    ap = cfg.activation_split_dims_mapping
+    self.assertEqual(linears.step_sharding(ap, 3), ['data', None, 'mdl'])
 
 
 class BiasTest(test_utils.TestCase):

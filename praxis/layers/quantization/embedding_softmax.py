@@ -293,8 +293,7 @@ class NClassMajorSharedEmbeddingSoftmax(
     out = self._project(inputs)
     out = base_layer.maybe_shard(
         out,
-        quantized_linears._decode_out_sharding(  # pylint: disable=protected-access
-            self.activation_split_dims_mapping, out.ndim),
+        linears.step_sharding(self.activation_split_dims_mapping, out.ndim),
         self.mesh_axis_names,
     )
     if self.use_bias:

@@ -45,18 +45,6 @@ def _sub_channel_shape(shape: list[int], block_size: int, dim: int):
   return operations.get_sub_channel_shape(shape, block_size, [dim])[0]
 
 
-def _decode_out_sharding(ap: Any, ndim: int) -> Any:
-  """The output sharding, adapted to [batch, dim] outputs while decoding."""
-  out = ap.out
-  if ndim == 2:
-    extend = getattr(ap, 'extend_step_out', None)
-    if extend is not None and len(extend) == 2:
-      return extend
-    if out is not None and len(out) == 3:
-      return [out[0], out[2]]
-  return out
-
-
 class Linear(
     linears.Linear, quantizer.QuantizationLayer, sparsifier.SparsityBaseLayer
 ):
@@ -160,7 +148,7 @@ class Linear(
       out = self.quantized_einsum(x=inputs, w=w, **args)
     return base_layer.maybe_shard(
         out,
-        _decode_out_sharding(self.activation_split_dims_mapping, out.ndim),
+        linears.step_sharding(self.activation_split_dims_mapping, out.ndim),
         self.mesh_axis_names,
     )
 
