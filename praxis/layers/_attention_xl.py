@@ -88,9 +88,17 @@ class DotProductAttentionXL(attentions.DotProductAttention):
     by_distance = jnp.einsum('BTNH,LNH->BNTL', _biased(self, query, 'v'),
                              table)
     idx = np.arange(t)[:, None] - np.arange(t)[None, :] + t - 1
-    bias = jnp.take_along_axis(
+    position = jnp.take_along_axis(
         by_distance, jnp.broadcast_to(jnp.asarray(idx), by_distance.shape[:2]
                                       + idx.shape), axis=3)
+    return self._attend_with_position(query, key, value, atten_mask,
+                                      position, relative_bias, dropout)
+
+  def _attend_with_position(self, query, key, value, atten_mask, position,
+                            relative_bias, dropout):
+    """Attention of the scaled `query` with the position term [B, N, T, S]
+    and, with `use_bias`, the content bias u . k added to the logits."""
+    bias = position
     if self.use_bias:
       bias = bias + jnp.einsum('NH,BSNH->BNS', self.theta.u, key)[:, :, None]
     if relative_bias is not None:
@@ -107,13 +115,9 @@ class DotProductAttentionXL(attentions.DotProductAttention):
     query = self._scale_query(query)
     table = _projected_distances(
         self, jnp.asarray(time_step) - jnp.arange(key.shape[1]))
-    bias = jnp.einsum('BTNH,SNH->BNTS', _biased(self, query, 'v'), table)
-    if self.use_bias:
-      bias = bias + jnp.einsum('NH,BSNH->BNS', self.theta.u, key)[:, :, None]
-    if relative_bias is not None:
-      bias = bias + relative_bias
-    return self._attend_scaled(query, key, value, atten_mask, bias,
-                               dropout=False)
+    position = jnp.einsum('BTNH,SNH->BNTS', _biased(self, query, 'v'), table)
+    return self._attend_with_position(query, key, value, atten_mask,
+                                      position, relative_bias, dropout=False)
 
 
 class LocalSelfAttentionXL(_local_attention.LocalSelfAttention):
