@@ -1065,7 +1065,6 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
     `__call__`'s."""
     src_ids, _ = _default_segments(input_paddings, input_segment_ids,
                                    input_segment_pos, self._where)
-    encoded = encoder_output
     tgt_ids, tgt_pos = _default_segments(
         target_paddings, target_segment_ids, target_segment_pos, self._where)
     # The n-grammer gets the segment positions as given (as in Pax).
@@ -1079,7 +1078,7 @@ class TransformerEncoderDecoder(base_layer.BaseLayer):
                              jnp.asarray(start_time_step, jnp.int32))
     self.update_decode_state('input_paddings', input_paddings)
     x = self.decoder(x, target_paddings, target_segment_mask,
-                     cross_inputs=encoded, cross_paddings=input_paddings,
+                     cross_inputs=encoder_output, cross_paddings=input_paddings,
                      cross_segment_mask=cross_segment_mask,
                      segment_pos=tgt_pos)
     return self.compute_loss(self.decoder_ln(x), labels)
