@@ -168,40 +168,44 @@ class InFlight:
 
   Dispatch is asynchronous: without a bound the host queues every batch
   (holding its inputs on the devices). A program calls `make_room()` once a
-  step's inputs are ready and before dispatching it, then `add`s the step:
-  when more than `limit` steps are in flight, `make_room` waits until
+  step's inputs are ready and before dispatching it, then `add`s the step.
+  As Pax's `max_inflight_steps`, at most `limit` steps are in flight once a
+  step is dispatched: when `limit` already are, `make_room` waits until
   `resume_at` of them are left; nothing is copied to the host. As in Pax,
   the next batch is prepared before the wait, while the devices still run
   the steps the host would wait for.
 
   By default, as Pax, the host waits for the oldest step only (`resume_at`
-  = `limit`): the devices keep `limit` steps queued while it works. On CPU
-  devices (XLA:CPU runs the steps on the host's own cores) it waits until
-  half of `limit` (at least one step) are left, so that it wakes up once
-  every `limit - limit // 2` steps instead of after each: its work between
-  two waits then runs in one burst, which costs less processor time (taken
-  from the steps) than the same work split by a wake-up per step.
+  = `limit - 1`): with Pax's `limit` of 2, step k waits for step k - 2. On
+  CPU devices (XLA:CPU runs the steps on the host's own cores) a larger
+  `limit` waits until half of it is left (at least one step), so that the
+  host wakes up once every few steps instead of after each: its work
+  between two waits then runs in one burst, which costs less processor
+  time (taken from the steps) than the same work split by a wake-up per
+  step.
   """
 
   def __init__(self, limit: int, resume_at: int | None = None):
     """Constructor.
 
     Args:
-      limit: Steps allowed in flight (<= 0: no bound).
-      resume_at: Steps left in flight when a wait ends (at least 1, at most
-        `limit`); None: `max(1, limit // 2)` when JAX's default backend is
-        the CPU, else `limit`.
+      limit: Steps allowed in flight, counting the one being dispatched
+        (<= 0: no bound).
+      resume_at: Steps left in flight when a wait ends (at most `limit - 1`;
+        at least 1 unless `limit` is 1); None: `limit // 2` (at least 1)
+        when JAX's default backend is the CPU, else `limit - 1`.
     """
     self._limit = int(limit)
+    most = max(self._limit - 1, 0)
     if resume_at is None:
       on_cpu = jax.default_backend() == 'cpu'
-      resume_at = max(1, self._limit // 2) if on_cpu else self._limit
-    self._resume_at = min(max(int(resume_at), 1), max(self._limit, 1))
+      resume_at = max(1, self._limit // 2) if on_cpu else most
+    self._resume_at = min(max(int(resume_at), min(1, most)), most)
     self._queue = collections.deque()
 
   def make_room(self) -> None:
-    """Before a dispatch: waits down to `resume_at` steps if over `limit`."""
-    if self._limit > 0 and len(self._queue) > self._limit:
+    """Before a dispatch: waits down to `resume_at` steps if at `limit`."""
+    if self._limit > 0 and len(self._queue) >= self._limit:
       done = [self._queue.popleft()
               for _ in range(len(self._queue) - self._resume_at)]
       jax.block_until_ready(done)

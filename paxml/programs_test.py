@@ -155,27 +155,42 @@ class InFlightTest(absltest.TestCase):
     return per_step
 
   def test_as_pax_the_oldest_step_only(self):
-    # Steps 0-2 are dispatched at once; step 3 waits for step 0, 4 for 1.
-    self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=2), 5),
+    # Pax's queue of two: steps 0 and 1 go at once; step 2 waits for step 0,
+    # 3 for 1, ... (at most two in flight once a step is dispatched).
+    self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=1), 5),
+                     [[], [], [0], [1], [2]])
+    self.assertEqual(self._waits(_program_utils.InFlight(3, resume_at=2), 5),
                      [[], [], [], [0], [1]])
 
   def test_down_to_resume_at(self):
-    self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=1), 7),
+    self.assertEqual(self._waits(_program_utils.InFlight(3, resume_at=1), 7),
                      [[], [], [], [0, 1], [], [2, 3], []])
-    self.assertEqual(self._waits(_program_utils.InFlight(4, resume_at=2), 9),
-                     [[], [], [], [], [], [0, 1, 2], [], [], [3, 4, 5]])
+    self.assertEqual(self._waits(_program_utils.InFlight(4, resume_at=1), 8),
+                     [[], [], [], [], [0, 1, 2], [], [], [3, 4, 5]])
 
-  def test_default_on_cpu_waits_every_other_step_with_limit_two(self):
-    self.assertEqual(jax.default_backend(), 'cpu')  # These tests' devices.
-    self.assertEqual(self._waits(_program_utils.InFlight(2), 6),
-                     [[], [], [], [0, 1], [], [2, 3]])
-    # One step allowed: each step waits for the one two back.
-    self.assertEqual(self._waits(_program_utils.InFlight(1), 4),
+  def test_resume_at_is_clipped_below_the_limit(self):
+    # Never resumes with `limit` steps in flight, never idles the devices
+    # (0 left) unless the limit is one step.
+    self.assertEqual(self._waits(_program_utils.InFlight(2, resume_at=5), 4),
                      [[], [], [0], [1]])
+    self.assertEqual(self._waits(_program_utils.InFlight(3, resume_at=0), 5),
+                     [[], [], [], [0, 1], []])
+
+  def test_default_on_cpu(self):
+    self.assertEqual(jax.default_backend(), 'cpu')  # These tests' devices.
+    # Pax's limit of two leaves no room for bursts: as Pax.
+    self.assertEqual(self._waits(_program_utils.InFlight(2), 5),
+                     [[], [], [0], [1], [2]])
+    # A larger limit waits down to half of it: a wake-up every other step.
+    self.assertEqual(self._waits(_program_utils.InFlight(4), 8),
+                     [[], [], [], [], [0, 1], [], [2, 3], []])
+    # One step allowed: each step waits for the one before.
+    self.assertEqual(self._waits(_program_utils.InFlight(1), 4),
+                     [[], [0], [1], [2]])
 
   def test_adding_never_waits(self):
     waited = []
-    in_flight = _program_utils.InFlight(1, resume_at=1)
+    in_flight = _program_utils.InFlight(2, resume_at=1)
     for i in range(4):
       in_flight.add(_Step(i, waited))
     self.assertEqual(waited, [])

@@ -449,10 +449,11 @@ class SingleTask(base_task.BaseTask):
       save_keep_interval_duration: Also keep one checkpoint per this
         duration (e.g. '12h').
       save_max_to_keep: Most recent checkpoints kept.
-      max_inflight_steps: Steps dispatched ahead of the host (<= 0: no
-        limit). Over it the host, once the next batch is ready, waits for
-        the oldest step, or on CPU devices until half of them (at least
-        one) are left, before dispatching the next.
+      max_inflight_steps: Steps in flight at most, counting the one just
+        dispatched (<= 0: no limit). At it the host, once the next batch is
+        ready, waits for the oldest step (with 2: step k waits for step
+        k - 2, as Pax), or on CPU devices, with a limit above 2, until half
+        of them are left, before dispatching the next.
       summary_interval_steps: Steps between summaries.
       log_train_output_interval_steps: Steps between logs of the train
         output (None: summary_interval_steps).
