@@ -179,7 +179,9 @@ class NestedMap(dict):
 
   def copy(self) -> 'NestedMap':
     """Returns a shallow copy (a NestedMap, where `dict.copy` gives a dict)."""
-    return NestedMap(self)
+    result = NestedMap()
+    dict.update(result, self)  # The keys are valid: they are this map's.
+    return result
 
   __copy__ = copy
 

@@ -133,14 +133,16 @@ def pad_batch(
   Returns:
     A new NestedMap whose leaves have `batch_size` rows.
   """
-  sizes = {x.shape[0] for x in jax.tree.leaves(batch)}
+  flat = _flat_arrays(batch)  # The usual batch: one level of arrays.
+  leaves = batch.values() if flat else jax.tree.leaves(batch)
+  sizes = {x.shape[0] for x in leaves}
   if len(sizes) != 1 or next(iter(sizes)) > batch_size:
     raise ValueError(
         f'pad_batch: leading dimensions {sorted(sizes)} must agree and be at '
         f'most batch_size={batch_size}.'
     )
   num_valid = sizes.pop()
-  batch = NestedMap(batch)
+  batch = batch.copy() if type(batch) is NestedMap else NestedMap(batch)
   if weight_key not in batch:
     batch[weight_key] = np.ones([num_valid], np.float32)
   pad = batch_size - num_valid
@@ -149,6 +151,22 @@ def pad_batch(
   return jax.tree.map(
       lambda x: np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), batch
   )
+
+
+def _flat_arrays(tree: Any) -> bool:
+  """Whether `tree` is a dict of numpy arrays (no nesting)."""
+  return isinstance(tree, dict) and all(
+      type(x) is np.ndarray for x in tree.values())
+
+
+def _take_rows(data: NestedMap, indices: np.ndarray, flat: bool) -> NestedMap:
+  """The rows `indices` of every array of `data` (`flat`: one level)."""
+  if not flat:
+    return jax.tree.map(lambda x: x[indices], data)
+  rows = NestedMap()
+  # The keys are valid: they are `data`'s.
+  dict.update(rows, ((k, x[indices]) for k, x in data.items()))
+  return rows
 
 
 # ----------------------------------------------------------------------------
@@ -506,6 +524,7 @@ class InMemoryInput(BaseInput):
     if not self.data:
       raise self._error('data', 'must be a non-empty mapping of arrays')
     self._data = jax.tree.map(np.asarray, NestedMap(dict(self.data)))
+    self._flat = _flat_arrays(self._data)
     sizes = {
         k: (v.shape[0] if v.ndim else None)
         for k, v in self._data.FlattenItems()
@@ -568,7 +587,7 @@ class InMemoryInput(BaseInput):
       self._position += piece.size
       if self._position == order.size:
         self._epoch, self._position = self._epoch + 1, 0
-    return np.concatenate(pieces)
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
   def _next_eval_indices(self) -> np.ndarray:
     k = self._position // self.batch_size
@@ -585,7 +604,7 @@ class InMemoryInput(BaseInput):
       indices = self._next_eval_indices()
     else:
       indices = self._next_repeating_indices()
-    batch = jax.tree.map(lambda x: x[indices], self._data)
+    batch = _take_rows(self._data, indices, self._flat)
     return pad_batch(batch, self.batch_size)
 
   def reset(self) -> None:
