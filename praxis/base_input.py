@@ -164,8 +164,8 @@ def _take_rows(data: NestedMap, indices: np.ndarray, flat: bool) -> NestedMap:
   if not flat:
     return jax.tree.map(lambda x: x[indices], data)
   rows = NestedMap()
-  # The keys are valid: they are `data`'s.
-  dict.update(rows, ((k, x[indices]) for k, x in data.items()))
+  # The keys are valid (they are `data`'s), in tree_map's (sorted) order.
+  dict.update(rows, ((k, data[k][indices]) for k in sorted(data)))
   return rows
 
 
