@@ -22,11 +22,15 @@ and main-thread CPU time per step (the host work), and the median of the
 paired runs' ratios: the runner's overhead. A third loop, the runner with
 `train.max_inflight_steps=0`, runs in the same alternation: the default (2,
 as Pax) makes the host wait for the step two back before going on, which the
-hand-written loop never does.
+hand-written loop never does. So a fourth loop, the hand-written one bounded
+as Pax bounds its steps (a queue of two losses: before each dispatch, when two
+steps are in flight, it waits for the older), tells the bound's own cost from
+the runner's: the runner's default is compared with both hand-written loops.
 Then it times the two compiled steps alone (one fixed batch already on the
 devices), to tell the step's own math from the loop's host work.
 """
 
+import collections
 import pathlib
 import statistics
 import tempfile
@@ -194,8 +198,13 @@ def pax_runners(task, data, batch):
   return loop, step_alone
 
 
-def reference_runners(task, loss_name, data, batch):
-  """Timers of a hand-written jit loop, and of its jitted step alone."""
+def reference_runners(task, loss_name, data, batch, max_inflight_steps=0):
+  """Timers of a hand-written jit loop, and of its jitted step alone.
+
+  With `max_inflight_steps` > 0 the loop bounds its steps in flight as Pax's
+  train program does: before dispatching a step, with that many in flight,
+  it waits for the oldest (`block_until_ready` of its loss).
+  """
   model = task.model
   tx = optax.adam(_LR, eps=1e-8)
 
@@ -220,32 +229,49 @@ def reference_runners(task, loss_name, data, batch):
     idx = rng.integers(0, _EXAMPLES, size=batch)
     return {k: v[idx] for k, v in data.items()}
 
-  loop = _timer(lambda po: step_fn(*po, next_batch())[:2], init())
+  in_flight = collections.deque()
+
+  def advance(po):
+    batch_ = next_batch()
+    if max_inflight_steps > 0 and len(in_flight) >= max_inflight_steps:
+      in_flight.popleft().block_until_ready()
+    params, opt_state, loss = step_fn(*po, batch_)
+    if max_inflight_steps > 0:
+      in_flight.append(loss)
+    return params, opt_state
+
+  loop = _timer(advance, init())
   fixed = jax.device_put(next_batch())
   step_alone = _timer(lambda po: step_fn(*po, fixed)[:2], init())
   return loop, step_alone
 
 
-def _alternate(run_ref, runs, repeats, steps):
-  """Paired runs of the reference and each of `runs`: per run, (median
-  ratio run/ref, quartiles of the ratios, median (wall, host CPU) per step);
-  then the reference's medians."""
-  refs, times = [], [[] for _ in runs]
+def _alternate(loops, repeats, steps):
+  """`repeats` rounds of one run of each of `loops`: per loop, the list of
+  its runs' (wall, host CPU) per step."""
+  times = [[] for _ in loops]
   for _ in range(repeats):
-    refs.append(run_ref(steps))
-    for run, out in zip(runs, times):
+    for run, out in zip(loops, times):
       out.append(run(steps))
+  return times
 
-  def medians(times):
-    return tuple(statistics.median(t[i] for t in times) for i in (0, 1))
 
-  results = []
-  for out in times:
-    ratios = [p[0] / r[0] for p, r in zip(out, refs)]
-    quartiles = statistics.quantiles(ratios, n=4)
-    results.append((statistics.median(ratios), (quartiles[0], quartiles[2]),
-                    medians(out)))
-  return results, medians(refs)
+def _medians(runs):
+  """Median (wall, host CPU) per step of a loop's runs."""
+  return tuple(statistics.median(t[i] for t in runs) for i in (0, 1))
+
+
+def _ratio(runs, ref_runs):
+  """(median, (first, third) quartiles) of the paired runs' wall ratios."""
+  ratios = [r[0] / q[0] for r, q in zip(runs, ref_runs)]
+  quartiles = statistics.quantiles(ratios, n=4)
+  return statistics.median(ratios), (quartiles[0], quartiles[2])
+
+
+def _overhead(ratio_and_quartiles):
+  ratio, (low, high) = ratio_and_quartiles
+  return (f'{100 * (ratio - 1):+.1f}% (median ratio {ratio:.3f}; quartiles '
+          f'{low:.3f}-{high:.3f})')
 
 
 def main(argv):
@@ -254,34 +280,42 @@ def main(argv):
   model_p, loss_name, data, batch = setup[_MODEL.value](
       np.random.default_rng(0))
   task = make_task(model_p, loss_name)
+  bound = task.train.max_inflight_steps
   ref_loop, ref_step = reference_runners(task, loss_name, data, batch)
+  bounded_ref_loop, _ = reference_runners(task, loss_name, data, batch,
+                                          max_inflight_steps=bound)
   pax_loop, pax_step = pax_runners(task, data, batch)
   # The same runner with no bound on the steps in flight (the hand-written
   # loop never waits; the runner, as Pax, waits for the step
   # `train.max_inflight_steps` = 2 back).
   unbounded_loop, _ = pax_runners(
       make_task(model_p, loss_name, max_inflight_steps=0), data, batch)
-  results, ref = _alternate(ref_loop, [pax_loop, unbounded_loop],
-                            _REPEATS.value, _STEPS.value)
+  ref, bounded_ref, pax, unbounded = _alternate(
+      [ref_loop, bounded_ref_loop, pax_loop, unbounded_loop],
+      _REPEATS.value, _STEPS.value)
   print(f'devices: {jax.device_count()} x {jax.devices()[0].device_kind}')
   print(f'model: {_MODEL.value}, batch {batch}, Adam; {_REPEATS.value} '
         f'alternating runs of {_STEPS.value} steps')
-  wall, cpu = ref
-  print(f'hand-written jax.jit loop: {wall * 1e3:.3f} ms/step, host thread '
-        f'CPU {cpu * 1e3:.3f} ms/step (medians)')
-  names = ('Pax SingleTaskTrainProgram',
-           'Pax, train.max_inflight_steps=0')
-  for name, (ratio, (low, high), (wall, cpu)) in zip(names, results):
-    print(f'{name}: {wall * 1e3:.3f} ms/step, host thread CPU '
-          f'{cpu * 1e3:.3f} ms/step (medians); overhead '
-          f'{100 * (ratio - 1):+.1f}% (median ratio {ratio:.3f}; quartiles '
-          f'{low:.3f}-{high:.3f})')
+
+  def times(runs):
+    wall, cpu = _medians(runs)
+    return (f'{wall * 1e3:.3f} ms/step, host thread CPU {cpu * 1e3:.3f} '
+            'ms/step (medians)')
+
+  print(f'hand-written jax.jit loop: {times(ref)}')
+  print(f'hand-written loop, at most {bound} steps in flight (as Pax): '
+        f'{times(bounded_ref)}; {_overhead(_ratio(bounded_ref, ref))} over '
+        'the unbounded one')
+  print(f'Pax SingleTaskTrainProgram: {times(pax)}; overhead '
+        f'{_overhead(_ratio(pax, ref))}; over the bounded hand-written loop '
+        f'{_overhead(_ratio(pax, bounded_ref))}')
+  print(f'Pax, train.max_inflight_steps=0: {times(unbounded)}; overhead '
+        f'{_overhead(_ratio(unbounded, ref))}')
   # The compiled steps alone (one fixed batch on the devices, no input, no
   # logging): how much of the difference is the step's own math.
-  [(ratio, (low, high), _)], _ = _alternate(
-      ref_step, [pax_step], _REPEATS.value, _STEPS.value)
-  print(f'compiled steps alone: {100 * (ratio - 1):+.1f}% (median ratio '
-        f'{ratio:.3f}; quartiles {low:.3f}-{high:.3f})')
+  ref_alone, pax_alone = _alternate([ref_step, pax_step], _REPEATS.value,
+                                    _STEPS.value)
+  print(f'compiled steps alone: {_overhead(_ratio(pax_alone, ref_alone))}')
 
 
 if __name__ == '__main__':
