@@ -1,4 +1,4 @@
-"""InMemoryInput's restored state is checked against the data."""
+"""InMemoryInput: its restored state is checked against the data; batches."""
 
 import json
 
@@ -73,6 +73,37 @@ class RestoredStateTest(absltest.TestCase):
                                            position=8))
     self.assertIn('saved for 16 examples; the data now has 24',
                   '\n'.join(logs.output))
+
+
+class BatchTest(absltest.TestCase):
+
+  def _batches(self, data, n):
+    inp = base_hyperparams.instantiate(pax_fiddle.Config(
+        base_input.InMemoryInput, data=data, batch_size=6, is_training=True,
+        input_random_seed=3))
+    return [inp.get_next_padded() for _ in range(n)]
+
+  def test_flat_and_nested_data_give_the_same_rows(self):
+    n = 12  # Two epochs in four batches of 6.
+    ids = np.arange(n)
+    # A non-contiguous view, as `ids[:, :-1]` of a token array.
+    x = np.stack([10 * ids, 10 * ids + 1, -ids], axis=1)[:, :2]
+    flat = self._batches({'x': x, 'ids': ids}, 4)
+    nested = self._batches({'x': x, 'sub': {'ids': ids}}, 4)
+    for f, g in zip(flat, nested):
+      self.assertEqual(sorted(f), ['eval_sample_weights', 'ids', 'x'])
+      np.testing.assert_array_equal(f['ids'], g['sub']['ids'])
+      np.testing.assert_array_equal(f['x'], g['x'])
+      # Row i of every array is one example.
+      np.testing.assert_array_equal(f['x'], np.stack(
+          [10 * f['ids'], 10 * f['ids'] + 1], axis=1))
+      np.testing.assert_array_equal(f['eval_sample_weights'], np.ones(6))
+    # Each epoch (two batches) holds every example once.
+    for epoch in (flat[:2], flat[2:]):
+      self.assertEqual(
+          sorted(np.concatenate([b['ids'] for b in epoch]).tolist()),
+          list(range(n)))
+
 
 if __name__ == '__main__':
   absltest.main()
