@@ -179,9 +179,7 @@ class NestedMap(dict):
 
   def copy(self) -> 'NestedMap':
     """Returns a shallow copy (a NestedMap, where `dict.copy` gives a dict)."""
-    result = NestedMap()
-    dict.update(result, self)  # The keys are valid: they are this map's.
-    return result
+    return from_valid_pairs(self.keys(), self.values())
 
   __copy__ = copy
 
@@ -437,3 +435,14 @@ class NestedMap(dict):
     prefix = 'nmap: ' if prefix is None else prefix
     for line in self._debug_lines():
       logging.vlog(level, '%s %s', prefix, line)
+
+
+def from_valid_pairs(keys: Any, values: Any) -> NestedMap:
+  """A NestedMap of `zip(keys, values)`, its keys not validated again.
+
+  For keys known good (another NestedMap's, a pytree node's): the copies,
+  unflattenings and batches built at every step skip `CheckKey`.
+  """
+  result = NestedMap()
+  dict.update(result, zip(keys, values))
+  return result

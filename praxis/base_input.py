@@ -54,6 +54,7 @@ from etils import epath
 import jax
 import numpy as np
 
+from praxis import _nested_map
 from praxis import base_hyperparams
 from praxis import pax_fiddle
 from praxis import py_utils
@@ -163,10 +164,9 @@ def _take_rows(data: NestedMap, indices: np.ndarray, flat: bool) -> NestedMap:
   """The rows `indices` of every array of `data` (`flat`: one level)."""
   if not flat:
     return jax.tree.map(lambda x: x[indices], data)
-  rows = NestedMap()
-  # The keys are valid (they are `data`'s), in tree_map's (sorted) order.
-  dict.update(rows, ((k, data[k][indices]) for k in sorted(data)))
-  return rows
+  keys = sorted(data)  # tree_map's order; valid keys: they are `data`'s.
+  return _nested_map.from_valid_pairs(
+      keys, [data[k][indices] for k in keys])
 
 
 # ----------------------------------------------------------------------------

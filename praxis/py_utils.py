@@ -77,13 +77,6 @@ ENUM_PROVENANCE_KEYS = (INDEX_WITHIN_SHARD_KEY, SHARD_INDEX_KEY, NUM_SHARDS_KEY)
 # ----------------------------------------------------------------------------
 
 
-def _nested_map_from_pairs(keys: Iterable[str], values: Iterable[Any]):
-  """Builds a NestedMap without re-validating keys already known good."""
-  result = NestedMap()
-  dict.update(result, zip(keys, values))
-  return result
-
-
 def _flatten_nested_map(nmap: NestedMap):
   keys = tuple(sorted(nmap))
   return [nmap[k] for k in keys], keys
@@ -110,7 +103,7 @@ def _register_nested_map() -> None:
     jax.tree_util.register_pytree_with_keys(
         NestedMap,
         _flatten_nested_map_with_keys,
-        _nested_map_from_pairs,
+        _nested_map.from_valid_pairs,  # The keys the flattening took.
         _flatten_nested_map,
     )
   except ValueError:
@@ -125,7 +118,8 @@ def _register_nested_map() -> None:
     daglish.register_node_traverser(
         NestedMap,
         flatten_fn=lambda x: (tuple(x.values()), tuple(x.keys())),
-        unflatten_fn=lambda values, keys: _nested_map_from_pairs(keys, values),
+        unflatten_fn=lambda values, keys: _nested_map.from_valid_pairs(
+            keys, values),
         path_elements_fn=lambda x: tuple(daglish.Key(k) for k in x),
     )
   except ValueError:
