@@ -74,6 +74,12 @@ def fetch(tree: Any) -> Any:
   return jax.tree.unflatten(treedef, leaves)
 
 
+def is_ready(tree: Any) -> bool:
+  """Whether the device arrays of `tree` are all computed (never waits)."""
+  return all(x.is_ready() for x in jax.tree.leaves(tree)
+             if isinstance(x, jax.Array))
+
+
 def in_host_memory(x: jax.Array) -> bool:
   """Whether all of `x` is in this process's host memory (CPU devices):
   numpy then reads it in place."""

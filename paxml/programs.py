@@ -271,6 +271,7 @@ class BaseTrainProgram(Program):
     self._progress = None
     self._profiler = None
     self._last_run_time = None
+    self._first_loss = None  # Until it is ready (`_startup_gc.settle`).
 
   def register_first_result_callback_fn(
       self, train_first_result_callback_fn: Callable[[bool], None]) -> None:
@@ -417,7 +418,12 @@ class BaseTrainProgram(Program):
       # Once the first step's own executable is ready (it is dispatched).
       self._compile_later_variant(state, inputs, step, write or accumulate)
       self.first_result_callback_fn(True)
-      _startup_gc.settle()  # The command's set-up is over.
+      _startup_gc.end_setup()  # The command's set-up is over;
+      self._first_loss = outputs.loss  # its heap is settled once this is.
+    elif (self._first_loss is not None
+          and _program_utils.is_ready(self._first_loss)):
+      self._first_loss = None
+      _startup_gc.settle()  # Not beside the first step: after it.
     if accumulate:
       self._accumulator.add(new_step, outputs)
     steps_per_sec = None

@@ -4,6 +4,7 @@ import gc
 import weakref
 
 from absl.testing import absltest
+import jax
 from paxml import _startup_gc
 from paxml import partitioning_test
 from paxml import programs_test
@@ -115,16 +116,35 @@ class StartupGcTest(absltest.TestCase):
     _startup_gc.settle()
     self.assertIsNone(alive())  # Collected, not frozen.
 
-  def test_train_program_settles_once_its_first_step_is_dispatched(self):
+  def test_end_setup_logs_once_and_keeps_the_collector_relaxed(self):
+    _startup_gc.relax()
+    with self.assertLogs('absl', level='INFO') as logs:
+      _startup_gc.end_setup('here')
+      _startup_gc.end_setup('there')  # Once only.
+    self.assertLen(logs.output, 1)
+    self.assertRegex(logs.output[0],
+                     r'Set-up took [0-9.]+ s \(command start to here\)')
+    self.assertEqual(gc.get_threshold()[0], _startup_gc.YOUNG_THRESHOLD)
+    self.assertTrue(_startup_gc.relaxed())
+    with self.assertLogs('absl', level='INFO') as logs:
+      _startup_gc.settle('there')  # Set-up is not logged a second time.
+    self.assertLen(logs.output, 1)
+    self.assertIn('one full garbage collection', logs.output[0])
+
+  def test_train_program_settles_once_its_first_step_is_done(self):
     task = partitioning_test._task(
-        None, train_fields=dict(summary_interval_steps=2, num_train_steps=2))
+        None, train_fields=dict(summary_interval_steps=2, num_train_steps=3))
     _, state, program = programs_test._setup_train(
         task, programs_test._input(is_training=True))
     _startup_gc.relax()
-    state = program.run(state, 0).state
+    out = program.run(state, 0)
+    # Dispatched: set-up is over, but the collection waits for the step.
+    self.assertTrue(_startup_gc.relaxed())
+    jax.block_until_ready(out.loss)
+    out = program.run(out.state, 1)
     self.assertFalse(_startup_gc.relaxed())
     self.assertGreater(gc.get_freeze_count(), self._frozen)
-    program.run(state, 1)
+    program.run(out.state, 2)
     program.shutdown()
 
 
