@@ -52,6 +52,7 @@ from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
 from praxis.layers import _attention_math
+from praxis.layers import _bias_add
 from praxis.layers import base_ops
 from praxis.layers import embedding_softmax
 from praxis.layers import stochastics
@@ -313,7 +314,7 @@ class AttentionProjection(base_layer.BaseLayer):
         )
       eqn = '...D,DNH->...NH'
     out = self.einsum(eqn, inputs, w)
-    return out + self.theta.b if self.use_bias else out
+    return _bias_add.add_bias(out, self.theta.b) if self.use_bias else out
 
   def extend_step(self, inputs: JTensor, *, time_step: JTensor) -> JTensor:
     """One decoding step: the same projection."""

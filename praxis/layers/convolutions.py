@@ -31,6 +31,7 @@ from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
+from praxis.layers import _bias_add
 from praxis.layers import activations
 from praxis.layers import linears
 from praxis.layers import normalizations
@@ -348,7 +349,7 @@ class Conv2D(base_layer.BaseLayer):
     outputs = conv(inputs, w, self.filter_stride, padding, self.dilations)
     outputs = self._shard(outputs)
     if self.bias:
-      outputs = outputs + self.theta.b
+      outputs = _bias_add.add_bias(outputs, self.theta.b)
     return outputs
 
 
@@ -410,7 +411,7 @@ class Conv3D(base_layer.BaseLayer):
         inputs, self.theta.w, self.filter_stride, padding, self.dilations
     )
     if self.bias:
-      outputs = outputs + self.theta.b
+      outputs = _bias_add.add_bias(outputs, self.theta.b)
     return outputs
 
 
@@ -575,7 +576,7 @@ class DepthwiseConv1D(BaseDepthwiseConv1D):
         inputs, self.get_w(), self.rhs_dilation_rate, self.is_causal
     )
     if self.bias:
-      out = out + self.theta.b
+      out = _bias_add.add_bias(out, self.theta.b)
     return out
 
 

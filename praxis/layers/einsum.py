@@ -17,6 +17,7 @@ from typing import Sequence
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import pytypes
+from praxis.layers import _bias_add
 from praxis.layers import base_ops
 
 JTensor = pytypes.JTensor
@@ -120,7 +121,7 @@ class Einsum(base_layer.BaseLayer):
     """Returns `einsum(eqn, inputs, w) (+ b)`, sharded as `.out`."""
     ret = self.einsum(self.eqn, inputs, self.theta.w)
     if self.use_bias:
-      ret = ret + self.theta.b
+      ret = _bias_add.add_bias(ret, self.theta.b)
     return base_layer.maybe_shard(
         ret, self.activation_split_dims_mapping.out, self.mesh_axis_names
     )

@@ -42,6 +42,7 @@ from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
+from praxis.layers import _bias_add
 from praxis.layers import activations
 from praxis.layers import base_ops
 from praxis.layers import linears
@@ -732,7 +733,7 @@ class FullSoftmax(base_layer.BaseLayer):
       )
     w = ffn.linear.theta.w
     b = ffn.bias.theta.b if ffn.has_bias else 0.0
-    return lambda x: jnp.einsum('...y,yz->...z', x, w) + b
+    return lambda x: _bias_add.add_bias(jnp.einsum('...y,yz->...z', x, w), b)
 
 
 class SharedEmbeddingSoftmax(FullSoftmax):

@@ -22,6 +22,7 @@ import numpy as np
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import pytypes
+from praxis.layers import _bias_add
 from praxis.layers import activations
 from praxis.layers import base_ops
 
@@ -161,7 +162,7 @@ class Bias(base_layer.BaseLayer):
 
   def __call__(self, inputs: JTensor) -> JTensor:
     """Returns `inputs + b`."""
-    return inputs + self.theta.b
+    return _bias_add.add_bias(inputs, self.theta.b)
 
 
 class FeedForward(base_layer.BaseLayer):

@@ -34,6 +34,7 @@ from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import pytypes
 from praxis.layers import _attention_math as attn_math
+from praxis.layers import _bias_add
 from praxis.layers import attentions
 from praxis.layers import base_ops
 from praxis.layers import embedding_softmax
@@ -89,7 +90,7 @@ class OneHeadedAttentionProjection(base_layer.BaseLayer):
                        f'input_dim={self.input_dim}.')
     inputs = self._cast_to_fprop_dtype(inputs)
     out = self.einsum('...D,DH->...H', inputs, self.theta.w)
-    return out + self.theta.b if self.use_bias else out
+    return _bias_add.add_bias(out, self.theta.b) if self.use_bias else out
 
 
 class MultiQueryDotProductAttention(base_layer.BaseLayer):

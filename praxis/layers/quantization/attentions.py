@@ -20,6 +20,7 @@ from jax.ad_checkpoint import checkpoint_name
 from praxis import base_layer
 from praxis import pax_fiddle
 from praxis import pytypes
+from praxis.layers import _bias_add
 from praxis.layers import attentions
 from praxis.layers import normalizations
 from praxis.layers.quantization import _lora
@@ -138,7 +139,7 @@ class AttentionProjection(
                         'they are reshaped back.')
         w = jnp.reshape(w, self._get_weight_scale_shape(0, False)[0])
     out = self.quantized_einsum(eqn=eqn, x=inputs, w=w, reshape=reshape)
-    return out + self.theta.b if self.use_bias else out
+    return _bias_add.add_bias(out, self.theta.b) if self.use_bias else out
 
   def quantized_partition_specs(self) -> Any:
     wt = self.weight_split_dims_mapping.wt

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from praxis import base_layer
 from praxis import pytypes
+from praxis.layers import _bias_add
 from praxis.layers import convolutions
 from praxis.layers.quantization import _materialize
 from praxis.layers.quantization import operations
@@ -77,7 +78,7 @@ class Conv2D(convolutions.Conv2D, quantizer.QuantizationLayer):
         self, inputs, padding, ('NHWC', 'HWIO', 'NHWC'), groups
     )
     out = self._shard(out)
-    return out + self.theta.b if self.bias else out
+    return _bias_add.add_bias(out, self.theta.b) if self.bias else out
 
   def _fake_quant_call(self, inputs: JTensor) -> JTensor:
     wp = self.quantization.weight_params
@@ -96,7 +97,7 @@ class Conv2D(convolutions.Conv2D, quantizer.QuantizationLayer):
     out = convolutions.conv(inputs, w, self.filter_stride, padding,
                             self.dilations)
     out = self._shard(out)
-    return out + self.theta.b if self.bias else out
+    return _bias_add.add_bias(out, self.theta.b) if self.bias else out
 
   def quantize_weight(self) -> NestedJTensor:
     """The int filter (per output channel), its scale and the bias."""

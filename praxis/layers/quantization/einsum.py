@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from praxis import base_layer
 from praxis import pytypes
+from praxis.layers import _bias_add
 from praxis.layers import einsum
 from praxis.layers.quantization import _materialize
 from praxis.layers.quantization import operations
@@ -61,7 +62,7 @@ class Einsum(einsum.Einsum, quantizer.QuantizationLayer):
     """Returns `einsum(eqn, inputs, w) (+ b)`, quantized as configured."""
     ret = self.quantized_einsum(eqn=self.eqn, x=inputs, w=self.theta.w)
     if self.use_bias:
-      ret = ret + self.theta.b
+      ret = _bias_add.add_bias(ret, self.theta.b)
     return base_layer.maybe_shard(
         ret, self.activation_split_dims_mapping.out, self.mesh_axis_names
     )

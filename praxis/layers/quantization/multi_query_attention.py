@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from praxis import base_layer
+from praxis.layers import _bias_add
 from praxis.layers import multi_query_attention
 from praxis.layers.quantization import _materialize
 from praxis.layers.quantization import quantization_hparams
@@ -58,7 +59,7 @@ class OneHeadedAttentionProjection(  # pytype: disable=signature-mismatch
     inputs = self._cast_to_fprop_dtype(inputs)
     out = self.quantized_einsum(eqn=self._EQN, x=inputs, w=self.theta.w,
                                 reshape=[])
-    return out + self.theta.b if self.use_bias else out
+    return _bias_add.add_bias(out, self.theta.b) if self.use_bias else out
 
   def quantized_partition_specs(self) -> Any:
     """Partition specs of the int weight and its scale (and zero point)."""
