@@ -1,19 +1,23 @@
-"""`inputs + bias`, with the bias's gradient computed as a contraction.
+"""`inputs + bias`, with a low-precision bias's gradient as a contraction.
 
 A layer's bias `b` [*trailing] is added to every leading position of its
-output [*lead, *trailing]. The gradient of `b` is the output's gradient
+output [*lead, *trailing]; the gradient of `b` is the output's gradient
 summed over the leading positions. Differentiating the plain broadcast add
-leaves that sum to XLA as a reduction over the leading dimensions, which
-XLA:CPU rewrites into a windowed reduction (`reduce-window`): at a softmax
-of 32000 classes over 1024 positions, that one op took 133 ms of a 290 ms
-TinyLm train step on a 2-core CPU, and its result was further from the
-exact sum than this one's (see docs/performance.md).
+leaves that sum to XLA as a reduction in the output's dtype. In bfloat16 on
+XLA:CPU that reduction is slow and inexact: at the TinyLm's softmax (32000
+classes over 1024 positions) it compiled to a windowed reduction
+(`reduce-window`) that took 133 ms of a 290 ms train step, and a test
+gradient came out hundreds of bfloat16 steps from the exact sum
+(docs/performance.md).
 
-`add_bias` computes the same forward value (`inputs + bias`, bit for bit)
-and defines its tangent as `d_inputs + ones[*lead] (outer) d_bias`; the
-transpose of that outer product, which reverse mode differentiates, is the
-contraction `ones[*lead] . g` over the leading dimensions, a matrix-vector
-product that every backend runs as a plain dot. Forward mode (`jax.jvp`,
+For a bfloat16 or float16 output, `add_bias` computes the same forward
+value (`inputs + bias`, bit for bit) and defines its tangent as
+`d_inputs + ones[*lead] (outer) d_bias`. Reverse mode differentiates the
+transpose of that outer product: the contraction `ones[*lead] . g`, a dot,
+which accumulates in float32 (within one bfloat16 step of the exact sum)
+and ran faster than the reduction at every size measured. In float32 the
+plain add's reduction is exact enough and faster at all but the largest
+sizes, so a float32 output keeps the plain add. Forward mode (`jax.jvp`,
 `jax.jacfwd`) and higher-order derivatives work as for the plain add.
 """
 
@@ -33,8 +37,8 @@ def add_bias(inputs: JTensor, bias: JTensor) -> JTensor:
   Args:
     inputs: [*lead, *trailing].
     bias: [*trailing], with at least one leading dimension left in `inputs`.
-      Anything else (a scalar, a bias that broadcasts in another way) is
-      added as `inputs + bias`.
+      Anything else (a scalar, a bias that broadcasts in another way), and
+      any sum that is not a 16-bit float, is added as `inputs + bias`.
 
   Returns:
     `inputs + bias`, the same value as the plain add.
@@ -42,6 +46,10 @@ def add_bias(inputs: JTensor, bias: JTensor) -> JTensor:
   rank = jnp.ndim(bias)
   shape = jnp.shape(inputs)
   if not 0 < rank < len(shape) or tuple(shape[-rank:]) != jnp.shape(bias):
+    return inputs + bias
+  out_dtype = jnp.result_type(inputs, bias)
+  if not (jnp.issubdtype(out_dtype, jnp.floating)
+          and jnp.dtype(out_dtype).itemsize == 2):
     return inputs + bias
   return _add_trailing(inputs, bias)
 

@@ -31,15 +31,31 @@ class AddBiasTest(test_utils.TestCase):
     x = self.np_rng.standard_normal((4, 6, 3, 5)).astype(np.float32)
     b = self.np_rng.standard_normal((3, 5)).astype(np.float32)
     weights = self.np_rng.standard_normal(x.shape).astype(np.float32)
+    for dtype, tol in ((np.float32, 1e-4), (jnp.bfloat16, 0.05)):
+      x_, b_ = jnp.asarray(x, dtype), jnp.asarray(b, dtype)
 
-    def loss(x, b):
-      return jnp.sum(weights * _bias_add.add_bias(x, b) ** 2)
+      def loss(x, b):
+        y = _bias_add.add_bias(x, b).astype(jnp.float32)
+        return jnp.sum(weights * y ** 2)
 
-    grad_x, grad_b = jax.grad(loss, argnums=(0, 1))(x, b)
-    upstream = 2.0 * weights * (x.astype(np.float64) + b)
-    self.assertAllClose(grad_x, upstream, rtol=1e-5, atol=1e-5)
-    self.assertAllClose(grad_b, upstream.sum(axis=(0, 1)), rtol=1e-5,
-                        atol=1e-4)
+      grad_x, grad_b = jax.grad(loss, argnums=(0, 1))(x_, b_)
+      upstream = 2.0 * weights * (np.asarray(x_, np.float64)
+                                  + np.asarray(b_, np.float64))
+      self.assertAllClose(np.asarray(grad_x, np.float32), upstream,
+                          rtol=tol, atol=tol)
+      self.assertAllClose(np.asarray(grad_b, np.float32),
+                          upstream.sum(axis=(0, 1)), rtol=tol, atol=tol * 24)
+
+  def test_only_16_bit_sums_take_the_contraction(self):
+    def uses_rule(dtype):
+      x = jnp.ones((2, 3), dtype)
+      b = jnp.ones((3,), dtype)
+      return 'custom_jvp_call' in str(jax.make_jaxpr(_bias_add.add_bias)(x, b))
+
+    self.assertTrue(uses_rule(jnp.bfloat16))
+    self.assertTrue(uses_rule(jnp.float16))
+    self.assertFalse(uses_rule(jnp.float32))
+    self.assertFalse(uses_rule(jnp.int32))
 
   def test_bfloat16_bias_gradient_within_one_step_of_the_exact_sum(self):
     # The case the helper exists for: a bf16 bias of many classes over
@@ -55,17 +71,18 @@ class AddBiasTest(test_utils.TestCase):
                     np.max(np.abs(got - exact) / _bf16_ulp(exact)))
 
   def test_forward_mode_and_second_order(self):
-    x = self.np_rng.standard_normal((2, 3, 4)).astype(np.float32)
-    b = self.np_rng.standard_normal((4,)).astype(np.float32)
-    dx = self.np_rng.standard_normal(x.shape).astype(np.float32)
-    db = self.np_rng.standard_normal(b.shape).astype(np.float32)
+    def bf16(shape):
+      return jnp.asarray(self.np_rng.standard_normal(shape), jnp.bfloat16)
+
+    x, b, dx, db = bf16((2, 3, 4)), bf16((4,)), bf16((2, 3, 4)), bf16((4,))
     out, tangent = jax.jvp(_bias_add.add_bias, (x, b), (dx, db))
-    self.assertAllClose(out, x + b)
-    self.assertAllClose(tangent, dx + db)
+    f32 = lambda a: np.asarray(a, np.float32)
+    np.testing.assert_array_equal(f32(out), f32(x + b))
+    self.assertAllClose(f32(tangent), f32(dx) + f32(db), atol=0.05)
     # d2/db2 of sum((x + b)^2) is 2 * (positions) * identity.
-    hessian = jax.hessian(
-        lambda b: jnp.sum(_bias_add.add_bias(x, b) ** 2))(b)
-    self.assertAllClose(hessian, 2.0 * 6 * np.eye(4))
+    hessian = jax.hessian(lambda b: jnp.sum(
+        _bias_add.add_bias(x, b).astype(jnp.float32) ** 2))(b)
+    self.assertAllClose(f32(hessian), 2.0 * 6 * np.eye(4))
 
   def test_other_shapes_fall_back_to_the_plain_add(self):
     x = self.np_rng.standard_normal((2, 3)).astype(np.float32)
@@ -86,15 +103,19 @@ class AddBiasTest(test_utils.TestCase):
     self.assertNotIn('reduce-window', grad.lower(b).compile().as_text())
 
   def test_bias_layer_gradient(self):
-    layer = base_layer.instantiate(
-        pax_fiddle.Config(linears.Bias, name='bias', dims=5))
     x = self.np_rng.standard_normal((3, 4, 5)).astype(np.float32)
-    variables = layer.init(jax.random.PRNGKey(0), x)
-    grads = jax.grad(
-        lambda v: jnp.sum(jnp.square(layer.apply(v, x))))(variables)
-    b = np.asarray(variables['params']['b'])
-    self.assertAllClose(grads['params']['b'], (2.0 * (x + b)).sum((0, 1)),
-                        rtol=1e-5)
+    for fprop_dtype, tol in ((jnp.float32, 1e-5), (jnp.bfloat16, 0.05)):
+      layer = base_layer.instantiate(pax_fiddle.Config(
+          linears.Bias, name='bias', dims=5, fprop_dtype=fprop_dtype))
+      x_ = jnp.asarray(x, fprop_dtype)  # A bf16 model's activations.
+      variables = layer.init(jax.random.PRNGKey(0), x_)
+      variables = jax.tree.map(lambda v: v + 0.5, variables)
+      grads = jax.grad(lambda v: jnp.sum(jnp.square(
+          layer.apply(v, x_).astype(jnp.float32))))(variables)
+      b = np.asarray(variables['params']['b'])
+      self.assertEqual(grads['params']['b'].dtype, jnp.float32)
+      expected = (2.0 * (np.asarray(x_, np.float32) + b)).sum((0, 1))
+      self.assertAllClose(grads['params']['b'], expected, rtol=tol)
 
 
 if __name__ == '__main__':
