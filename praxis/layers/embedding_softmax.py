@@ -1,7 +1,7 @@
 """Embedding, softmax and position-embedding layers.
 
 Public names: compute_z_loss, soft_cap, smoothed_one_hot, softmax_xent,
-sigmoid_xent, chunked_softmax_xent, embedding_lookup,
+softmax_xent_of_ids, sigmoid_xent, chunked_softmax_xent, embedding_lookup,
 sinusoidal_position_embedding, sinusoidal_2d_position_embedding,
 apply_rotary_position_embedding,
 TokenCounter, Embedding, FullSoftmax, SharedEmbeddingSoftmax,
@@ -43,6 +43,7 @@ from praxis import pax_fiddle
 from praxis import py_utils
 from praxis import pytypes
 from praxis.layers import _bias_add
+from praxis.layers import _softmax_xent
 from praxis.layers import activations
 from praxis.layers import base_ops
 from praxis.layers import linears
@@ -114,6 +115,20 @@ def softmax_xent(
   return xent, log_probs
 
 
+def softmax_xent_of_ids(
+    logits: JTensor, class_ids: JTensor
+) -> tuple[JTensor, JTensor]:
+  """`softmax_xent(logits, one_hot(class_ids))` without the one-hot rows.
+
+  The same cross entropy from the label's log-probability alone, with a
+  gradient that XLA computes in one pass (`_softmax_xent.py`); an id outside
+  [0, num_classes) gives 0, as its row of zeros does.
+  """
+  logits = logits.astype(jnp.float32)
+  return (_softmax_xent.xent_of_ids(logits, class_ids),
+          jax.nn.log_softmax(logits))
+
+
 def sigmoid_xent(logits: JTensor, labels: JTensor) -> JTensor:
   """Elementwise sigmoid cross entropy, max(x, 0) - x * z + log1p(e^-|x|)."""
   return (
@@ -126,7 +141,7 @@ def sigmoid_xent(logits: JTensor, labels: JTensor) -> JTensor:
 def chunked_softmax_xent(
     inputs: JTensor,
     logits_fn: Callable[[JTensor], JTensor],
-    targets_fn: Callable[[JTensor], JTensor],
+    targets_fn: Callable[[JTensor], JTensor] | None,
     targets: JTensor,
     chunk_size: int,
 ) -> tuple[JTensor, JTensor, JTensor]:
@@ -137,7 +152,9 @@ def chunked_softmax_xent(
   Args:
     inputs: [B, T, D].
     logits_fn: Maps an input chunk [B, c, D] to logits [B, c, n].
-    targets_fn: Maps a target chunk to class probabilities [B, c, n].
+    targets_fn: Maps a target chunk to class probabilities [B, c, n]; None
+      when the targets are class ids [B, T] (one-hot targets, computed as
+      `softmax_xent_of_ids` does).
     targets: [B, T, ...] (ids or probabilities), chunked with the inputs.
     chunk_size: Steps per chunk; T is padded up to a multiple of it.
 
@@ -156,7 +173,10 @@ def chunked_softmax_xent(
   def one_chunk(args):
     x, target = args
     logits = logits_fn(x).astype(jnp.float32)
-    xent, _ = softmax_xent(logits, targets_fn(target))
+    if targets_fn is None:
+      xent = _softmax_xent.xent_of_ids(logits, target)
+    else:
+      xent, _ = softmax_xent(logits, targets_fn(target))
     return xent, jnp.argmax(logits, axis=-1), compute_z_loss(logits)
 
   outs = jax.lax.map(one_chunk, (split(inputs), split(targets)))
@@ -681,10 +701,15 @@ class FullSoftmax(base_layer.BaseLayer):
 
   def _full(self, inputs, class_ids, class_probabilities, weights, input_ids):
     logits = self.get_logits(inputs, input_ids).astype(jnp.float32)
-    targets = self._targets(class_ids, class_probabilities)
-    xent, log_probs = softmax_xent(logits, targets)
     if self.bi_tempered_loss_tpl is not None:
+      targets = self._targets(class_ids, class_probabilities)
+      log_probs = jax.nn.log_softmax(logits)
       xent = self.bi_tempered_loss(logits, targets)
+    elif class_probabilities is None and not self._smoothing():
+      xent, log_probs = softmax_xent_of_ids(logits, class_ids)
+    else:
+      xent, log_probs = softmax_xent(
+          logits, self._targets(class_ids, class_probabilities))
     out = _xent_outputs(
         logits, log_probs, xent, jnp.argmax(logits, axis=-1), weights,
         inputs.dtype,
@@ -715,7 +740,8 @@ class FullSoftmax(base_layer.BaseLayer):
     else:
       smoothing, num_classes = self._smoothing(), self.num_classes
       targets = class_ids
-      targets_fn = lambda t: smoothed_one_hot(t, num_classes, smoothing)
+      targets_fn = None if not smoothing else (
+          lambda t: smoothed_one_hot(t, num_classes, smoothing))
     xent, argmax, z = chunked_softmax_xent(
         inputs, logits_fn, targets_fn, targets, self.chunk_size
     )
@@ -970,13 +996,17 @@ class GShardSharedEmbeddingSoftmax(base_layer.BaseLayer):
     smoothing = 0.0 if self.do_eval else self.label_smoothing_prob
     if class_probabilities is None:
       ids = _per_example(class_ids, shape, 'class_ids')
-      targets = smoothed_one_hot(ids, self.num_classes, smoothing, True)
+      targets = None if not smoothing else smoothed_one_hot(
+          ids, self.num_classes, smoothing, True)
     else:
       targets = class_probabilities
       if smoothing:
         off = smoothing / self.num_classes
         targets = (1.0 - smoothing) * targets + off
-    xent, log_probs = softmax_xent(logits, jax.lax.stop_gradient(targets))
+    if targets is None:
+      xent, log_probs = softmax_xent_of_ids(logits, ids)
+    else:
+      xent, log_probs = softmax_xent(logits, jax.lax.stop_gradient(targets))
     out = _xent_outputs(
         logits, log_probs, xent, jnp.argmax(logits, -1), weights, inputs.dtype
     )
