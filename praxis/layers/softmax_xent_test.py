@@ -160,25 +160,21 @@ class SoftmaxLayersUseIdsTest(test_utils.TestCase):
     w = np.asarray(weights)[..., 0]
     np.testing.assert_allclose(
         total, np.sum(w * _np_xent(logits, ids[..., 0])), rtol=1e-5)
-    # The input gradient through the projection: g_logits @ W^T.
     g_logits = _np_xent_grad(logits, ids[..., 0], w)
     out = layer.apply(variables, x, weights, class_ids=ids)
     if out.log_probs is not None:  # The chunked path keeps none.
       np.testing.assert_allclose(out.log_probs, _np_log_softmax(logits),
                                  rtol=1e-5, atol=1e-5)
-    return g_logits, np.asarray(grad_x), variables
+    # The input gradient through the projection: g_logits @ W^T.
+    w_proj = np.asarray(variables['params']['logits_ffn']['linear']['w'])
+    np.testing.assert_allclose(grad_x, g_logits @ w_proj.T, rtol=1e-4,
+                               atol=1e-6)
 
   def test_full_softmax(self):
-    layer = self._softmax()
-    g_logits, grad_x, variables = self._check(layer)
-    w = np.asarray(variables['params']['logits_ffn']['linear']['w'])
-    np.testing.assert_allclose(grad_x, g_logits @ w.T, rtol=1e-4, atol=1e-6)
+    self._check(self._softmax())
 
   def test_chunked_full_softmax(self):
-    layer = self._softmax(chunk_size=3)
-    g_logits, grad_x, variables = self._check(layer)
-    w = np.asarray(variables['params']['logits_ffn']['linear']['w'])
-    np.testing.assert_allclose(grad_x, g_logits @ w.T, rtol=1e-4, atol=1e-6)
+    self._check(self._softmax(chunk_size=3))
 
 
 if __name__ == '__main__':
