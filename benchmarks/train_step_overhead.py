@@ -25,8 +25,9 @@ as Pax) makes the host wait for the step two back before going on, which the
 hand-written loop never does. So a fourth loop, the hand-written one bounded
 as Pax bounds its steps (a queue of two losses: before each dispatch, when two
 steps are in flight, it waits for the older), tells the bound's own cost from
-the runner's: the runner's default is compared with both hand-written loops.
-Then it times the two compiled steps alone (one fixed batch already on the
+the runner's: the runner's default is compared with both hand-written loops,
+in time and in main-thread CPU a step (over the bounded loop: the runner's own
+host work; over the unbounded one: that and what the bound costs). Then it times the two compiled steps alone (one fixed batch already on the
 devices), to tell the step's own math from the loop's host work.
 """
 
@@ -311,6 +312,15 @@ def main(argv):
         f'{_overhead(_ratio(pax, bounded_ref))}')
   print(f'Pax, train.max_inflight_steps=0: {times(unbounded)}; overhead '
         f'{_overhead(_ratio(unbounded, ref))}')
+  # The runner's own host work, apart from what the bound costs any loop.
+  cpu = {name: _medians(runs)[1] * 1e3 for name, runs in
+         (('ref', ref), ('bounded', bounded_ref), ('pax', pax),
+          ('unbounded', unbounded))}
+  print(f"runner's main-thread CPU a step over the hand-written loop: "
+        f"{cpu['pax'] - cpu['bounded']:+.3f} ms over the bounded one, "
+        f"{cpu['pax'] - cpu['ref']:+.3f} ms over the unbounded one; "
+        f"with max_inflight_steps=0, {cpu['unbounded'] - cpu['ref']:+.3f} ms "
+        'over the unbounded one')
   # The compiled steps alone (one fixed batch on the devices, no input, no
   # logging): how much of the difference is the step's own math.
   ref_alone, pax_alone = _alternate([ref_step, pax_step], _REPEATS.value,
