@@ -27,8 +27,9 @@ as Pax bounds its steps (a queue of two losses: before each dispatch, when two
 steps are in flight, it waits for the older), tells the bound's own cost from
 the runner's: the runner's default is compared with both hand-written loops,
 in time and in main-thread CPU a step (over the bounded loop: the runner's own
-host work; over the unbounded one: that and what the bound costs). Then it times the two compiled steps alone (one fixed batch already on the
-devices), to tell the step's own math from the loop's host work.
+host work; over the unbounded one: that and what the bound costs). Then it
+times the two compiled steps alone (one fixed batch already on the devices),
+to tell the step's own math from the loop's host work.
 """
 
 import collections
