@@ -51,12 +51,46 @@ _TREE_METADATA_FILE = '_METADATA'  # Orbax's tree metadata file.
 # -- The state item -----------------------------------------------------------
 
 
+def _type_handlers() -> Any:
+  """Orbax's standard type handlers; on one process, arrays saved whole.
+
+  Orbax's `ArrayHandler` splits each replicated array between its replicas
+  by default ("replica-parallel"), each replica writing a slice: an eager
+  `lax.slice_in_dim` per array and replica, each compiled on first use.
+  Where one process writes every slice anyway that buys nothing and costs
+  the first save a compile per (array, replica): 1.7 s against 0.1 s for
+  54 small replicated arrays on 8 CPU devices, and 8 s of a 2-step run of a
+  tiny Llama. So one process writes each array's shards of replica 0 whole
+  (one zarr chunk per shard, as Orbax did before replica-parallel saves);
+  several processes keep Orbax's default, which shares the writing of a
+  replicated array between the hosts. Everything else is Orbax's default
+  handlers, its per-array metadata store included.
+  """
+  th = ocp.type_handlers
+  registry = th.create_type_handler_registry(
+      *[(ty, th.get_type_handler(ty)) for ty in th.supported_types()])
+  if jax.process_count() == 1:
+    try:  # Where Orbax's default `ArrayHandler` keeps it (not public).
+      # pylint: disable-next=g-import-not-at-top
+      from orbax.checkpoint._src.metadata import array_metadata_store
+      store = array_metadata_store.Store()
+    except ImportError:
+      store = None
+    registry.add(
+        jax.Array,
+        th.ArrayHandler(use_replica_parallel=False,
+                        array_metadata_store=store),
+        override=True, ignore_warnings=True)
+  return registry
+
+
 class _StateHandler(ocp.AsyncCheckpointHandler):
   """Writes a TrainState in Pax's GDA (zarr per variable) or FLAX layout."""
 
   def __init__(self, checkpoint_type: CheckpointType):
     self._type = checkpoint_type
-    self._arrays = ocp.PyTreeCheckpointHandler(use_ocdbt=False)
+    self._arrays = ocp.PyTreeCheckpointHandler(
+        use_ocdbt=False, type_handler_registry=_type_handlers())
 
   async def async_save(self, directory: epath.Path, args: _StateSave):
     if self._type == CheckpointType.FLAX:

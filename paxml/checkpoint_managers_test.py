@@ -293,6 +293,44 @@ class OrbaxCheckpointManagerTest(test_utils.TestCase):
     self.assertArraysEqual(restored.mdl_vars, state.mdl_vars)
 
 
+  def test_replicated_arrays_are_saved_whole_without_compiling(self):
+    # One process, 8 devices: a data-parallel state, every array replicated.
+    # Orbax's replica-parallel default would write each in 8 slices, each
+    # slice made by an eager program compiled on first use.
+    tmp = epath.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+    replicated = jax.sharding.NamedSharding(mesh,
+                                            jax.sharding.PartitionSpec())
+    w = np.arange(16 * 24, dtype=np.float32).reshape(16, 24)
+    state = train_states.TrainState(
+        step=jax.device_put(np.uint32(7), replicated),
+        mdl_vars={'params': {'w': jax.device_put(w, replicated),
+                             'b': jax.device_put(w[0] - 5, replicated)}},
+        opt_states=[])
+    manager = checkpoint_managers.OrbaxCheckpointManager(
+        tmp, checkpoint_type=CheckpointType.GDA,
+        options=checkpoint_managers.CheckpointManagerOptions(
+            enable_async_checkpointing=False))
+    self.addCleanup(manager.close)
+    compiles = []
+    listener = lambda event, *_, **__: compiles.append(event)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+      self.assertTrue(manager.save(0, state))
+    finally:
+      jax.monitoring.unregister_event_duration_listener(listener)
+    self.assertNotIn('/jax/core/compile/backend_compile_duration', compiles)
+    zarrays = {name: json.loads(
+        (tmp / 'checkpoint_00000000' / 'state' / name / '.zarray').read_text())
+               for name in ('mdl_vars.params.w', 'mdl_vars.params.b')}
+    self.assertEqual(zarrays['mdl_vars.params.w']['chunks'], [16, 24])
+    self.assertEqual(zarrays['mdl_vars.params.b']['chunks'], [24])
+    restored = manager.restore(0, state)
+    np.testing.assert_array_equal(restored.mdl_vars['params']['w'], w)
+    np.testing.assert_array_equal(restored.mdl_vars['params']['b'], w[0] - 5)
+    self.assertEqual(int(restored.step), 7)
+
   def test_flax_replicated_state_restores_unreplicated(self):
     # Pax's tests save a pmap state with its device axis (one copy each).
     tmp = epath.Path(tempfile.mkdtemp())
