@@ -163,9 +163,13 @@ class _OrbaxPjitTrainingCheckpointer(_OrbaxTrainingCheckpointer):
   """For SPMD (mesh) models: GDA checkpoints."""
 
   def __init__(self, checkpoint_manager, checkpoint_type, **kwargs):
-    if CheckpointType(checkpoint_type) == CheckpointType.FLAX:
-      raise ValueError('FLAX checkpointing not supported for pjit models.')
+    _check_pjit_checkpoint_type(checkpoint_type)
     super().__init__(checkpoint_manager, checkpoint_type, **kwargs)
+
+
+def _check_pjit_checkpoint_type(checkpoint_type: CheckpointType) -> None:
+  if CheckpointType(checkpoint_type) == CheckpointType.FLAX:
+    raise ValueError('FLAX checkpointing not supported for pjit models.')
 
 
 class _OrbaxPmapTrainingCheckpointer(_OrbaxTrainingCheckpointer):
@@ -213,6 +217,11 @@ def _create_checkpointer(
   del train_input_p, enforce_restore_shape_check, async_timeout_secs
   if maybe_use_persistence_checkpointing:
     raise NotImplementedError('Persistence checkpointer not supported.')
+  pjit = getattr(task_p.model, 'ici_mesh_shape', None) is not None
+  if pjit:
+    # Before the manager exists: it starts cleaning up the directory's
+    # unfinished checkpoints on a background thread as it is made.
+    _check_pjit_checkpoint_type(checkpoint_type)
   train_p = task_p.train
   options = checkpoint_managers.CheckpointManagerOptions(
       max_to_keep=train_p.save_max_to_keep,
@@ -228,7 +237,7 @@ def _create_checkpointer(
       checkpoint_type=checkpoint_type,
       tensorstore_use_ocdbt=tensorstore_use_ocdbt)
   kwargs = {'enable_checkpoint_saving': enable_checkpoint_saving}
-  if getattr(task_p.model, 'ici_mesh_shape', None) is not None:
+  if pjit:
     return _OrbaxPjitTrainingCheckpointer(manager, checkpoint_type, **kwargs)
   return _OrbaxPmapTrainingCheckpointer(job_log_dir, manager, checkpoint_type,
                                         **kwargs)

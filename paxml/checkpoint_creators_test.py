@@ -99,6 +99,16 @@ class CheckpointCreatorsTest(test_utils.TestCase):
     self.assertEqual(restored.mdl_vars['params']['w'].sharding,
                      jax.sharding.NamedSharding(mesh, P(None, 'mdl')))
 
+  def test_a_refused_checkpointer_makes_nothing(self):
+    # Refused before its manager exists: a manager starts cleaning up the
+    # directory's unfinished checkpoints on a background thread as it is
+    # made, and one left behind by the refusal could remove the temporary
+    # directory of a checkpoint that a later manager is writing.
+    with self.assertRaisesRegex(ValueError, 'FLAX checkpointing not'):
+      checkpoint_creators._create_checkpointer(
+          _task_p([1, 1]), self.job, CheckpointType.FLAX, None)
+    self.assertEqual(list(self.job.iterdir()), [])
+
   def test_pjit_refuses_flax_and_pmap_writes_flax(self):
     with self.assertRaisesRegex(ValueError, 'FLAX checkpointing not'):
       checkpoint_creators._create_checkpointer(
