@@ -24,6 +24,7 @@ import flax.serialization
 import jax
 import numpy as np
 from paxml import _checkpoint_safety
+from paxml import _zarr_metadata_key
 from praxis import py_utils
 
 FILE_NAME = 'checkpoint'
@@ -34,7 +35,8 @@ def is_flax_state(state_dir: epath.Path) -> bool:
   return state_dir.is_file() or (
       (state_dir / FILE_NAME).is_file()
       and not (state_dir / 'manifest.ocdbt').exists()
-      and not any((p / '.zarray').exists() for p in state_dir.iterdir()))
+      and not any((p / _zarr_metadata_key.get()).exists()
+                  for p in state_dir.iterdir()))
 
 
 def _flatten(state: Any) -> tuple[list[Any], Any]:

@@ -23,6 +23,7 @@ from etils import epath
 import jax
 import numpy as np
 from paxml import _checkpoint_safety
+from paxml import _zarr_metadata_key
 from praxis import py_utils
 import tensorstore as ts
 
@@ -91,7 +92,7 @@ def _spec(state_dir: epath.Path, name: str, ocdbt: bool) -> dict[str, Any]:
                'path': name}
   else:
     kvstore = {'driver': 'file', 'path': str(state_dir / name)}
-  return {'driver': 'zarr', 'kvstore': kvstore}
+  return _zarr_metadata_key.tensorstore_spec(kvstore)
 
 
 def _open(state_dir: epath.Path, name: str, ocdbt: bool) -> ts.TensorStore:
@@ -103,13 +104,23 @@ def _open(state_dir: epath.Path, name: str, ocdbt: bool) -> ts.TensorStore:
 
 
 def _stored_names(state_dir: epath.Path, ocdbt: bool) -> set[str]:
+  header = _zarr_metadata_key.get()
   if not ocdbt:
-    return {p.name for p in state_dir.iterdir() if (p / '.zarray').exists()}
+    return {p.name for p in state_dir.iterdir() if (p / header).exists()}
   kv = ts.KvStore.open(
       {'driver': 'ocdbt', 'base': f'file://{state_dir}'}).result()
   keys = kv.list().result()
   return {k.decode().rsplit('/', 1)[0] for k in keys
-          if k.decode().endswith('/.zarray')}
+          if k.decode().endswith('/' + header)}
+
+
+def _header_hint(array_dir: epath.Path) -> str:
+  """Why an array's directory was not read: its header's name differs."""
+  files = sorted(p.name for p in array_dir.iterdir()
+                 if not p.name[:1].isdigit())
+  return (f'{array_dir.name} has no zarr header named '
+          f'{_zarr_metadata_key.get()!r} (its files: {files}); set '
+          'task.train.tensorstore_metadata_key to the name it was written with')
 
 
 def _shape(leaf: Any) -> tuple[int, ...]:
@@ -166,6 +177,8 @@ def restore_state(state_dir: epath.PathLike, abstract_state: Any,
   if missing := sorted({n for n, _ in wanted} - stored):
     errors.append(f'not in the checkpoint: {missing[:_MAX_REPORTED]} '
                   f'({len(missing)} in all)')
+    if not ocdbt and (state_dir / missing[0]).is_dir():
+      errors.append(_header_hint(state_dir / missing[0]))
   if strict and (extra := sorted(stored - {n for n, _ in wanted})):
     errors.append(f'not in the model: {extra[:_MAX_REPORTED]} '
                   f'({len(extra)} in all)')

@@ -23,6 +23,7 @@ from typing import Any
 from absl import logging
 from etils import epath
 import numpy as np
+from paxml import _zarr_metadata_key
 from paxml import checkpoint_paths
 
 COMMIT_MARKER = 'commit_success.txt'
@@ -114,7 +115,7 @@ def _chunk_keys(zarray: dict[str, Any]) -> list[str]:
 
 def _check_zarr_arrays(state_dir: epath.Path) -> None:
   for array_dir in sorted(state_dir.iterdir()):
-    header = array_dir / '.zarray'
+    header = array_dir / _zarr_metadata_key.get()
     if not header.exists():
       continue
     zarray = _read_json(header)
@@ -130,12 +131,12 @@ def _check_zarr_arrays(state_dir: epath.Path) -> None:
 def stored_step(state_dir: epath.Path) -> int | None:
   """The step held in a zarr `state/step`, or None without one."""
   step_dir = state_dir / 'step'
-  if not (step_dir / '.zarray').exists():
+  if not (step_dir / _zarr_metadata_key.get()).exists():
     return None
   import tensorstore as ts  # pylint: disable=g-import-not-at-top
   try:
-    store = ts.open({'driver': 'zarr', 'kvstore': {
-        'driver': 'file', 'path': str(step_dir)}}, open=True).result()
+    store = ts.open(_zarr_metadata_key.tensorstore_spec(
+        {'driver': 'file', 'path': str(step_dir)}), open=True).result()
     return int(np.asarray(store.read().result()).reshape(-1)[0])
   except Exception as e:  # pylint: disable=broad-except
     raise CheckpointDamagedError(step_dir, f'unreadable ({e})') from e

@@ -15,6 +15,7 @@ from typing import Any, Union
 import fiddle as fdl
 import jax.numpy as jnp
 import numpy as np
+from paxml import _zarr_metadata_key
 
 _TOKEN = re.compile(r"\.?([A-Za-z_]\w*)|\[(-?\d+)\]|\[('[^']*'|\"[^\"]*\")\]")
 
@@ -163,6 +164,7 @@ def check_model_dtypes(model: Any, prefix: str = 'task.model') -> None:
 def check_train(task: Any) -> None:
   """Rejects task.train values that cannot work."""
   train = getattr(task, 'train', None)
+  _zarr_metadata_key.check(getattr(train, 'tensorstore_metadata_key', None))
   steps = getattr(train, 'num_train_steps', None)
   if steps is None or isinstance(steps, bool):
     return

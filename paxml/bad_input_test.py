@@ -52,6 +52,8 @@ class BadInputTest(absltest.TestCase):
         'float17': exp + [_SET + "task.model.fprop_dtype='float17'"],
         'int8': exp + [_SET + "task.model.fprop_dtype='int8'"],
         'negative': exp + [_SET + 'task.train.num_train_steps=-5'],
+        'metadata_key': exp + [
+            _SET + "task.train.tensorstore_metadata_key='a/b'"],
         'hosts': exp + ['--num_hosts=2', '--host_idx=1'],
         'host_idx': exp + ['--num_hosts=2', '--host_idx=2',
                            '--server_addr=localhost:1234'],
@@ -104,6 +106,11 @@ class BadInputTest(absltest.TestCase):
         'abc', '--fdl_set=task.train.num_train_steps=abc',
         "'abc' is not a Python literal",
         "task.train.num_train_steps='abc'")
+
+  def test_a_zarr_header_name_that_is_not_a_file_name(self):
+    self.assert_one_line_error(
+        'metadata_key', "task.train.tensorstore_metadata_key='a/b'",
+        "expected None or the file name of each array's zarr header")
 
   def test_a_string_in_a_number_field(self):
     self.assert_one_line_error(

@@ -223,6 +223,9 @@ def _create_checkpointer(
     # unfinished checkpoints on a background thread as it is made.
     _check_pjit_checkpoint_type(checkpoint_type)
   train_p = task_p.train
+  # Before the manager, which copies the registered handlers as it is made.
+  checkpoints.reregister_type_handlers(
+      getattr(train_p, 'tensorstore_metadata_key', None))
   options = checkpoint_managers.CheckpointManagerOptions(
       max_to_keep=train_p.save_max_to_keep,
       save_interval_steps=train_p.save_interval_steps,

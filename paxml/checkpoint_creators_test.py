@@ -32,11 +32,12 @@ class _FakePartitioner:
     return key, self.init, 'random_init'
 
 
-def _task_p(mesh_shape, interval=2):
+def _task_p(mesh_shape, interval=2, metadata_key=None):
   return types.SimpleNamespace(
       train=types.SimpleNamespace(save_max_to_keep=None,
                                   save_interval_steps=interval,
-                                  save_keep_interval_duration=None),
+                                  save_keep_interval_duration=None,
+                                  tensorstore_metadata_key=metadata_key),
       model=types.SimpleNamespace(ici_mesh_shape=mesh_shape))
 
 
@@ -107,7 +108,29 @@ class CheckpointCreatorsTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'FLAX checkpointing not'):
       checkpoint_creators._create_checkpointer(
           _task_p([1, 1]), self.job, CheckpointType.FLAX, None)
+    with self.assertRaisesRegex(ValueError, 'tensorstore_metadata_key'):
+      checkpoint_creators._create_checkpointer(
+          _task_p([1, 1], metadata_key='a/b'), self.job, CheckpointType.GDA,
+          None)
     self.assertEqual(list(self.job.iterdir()), [])
+
+  def test_the_tasks_tensorstore_metadata_key_names_the_headers(self):
+    self.addCleanup(checkpoints.reregister_type_handlers, '.zarray')
+    ckpt = checkpoint_creators._create_checkpointer(
+        _task_p([1, 1], metadata_key='zarr.json'), self.job,
+        CheckpointType.GDA, None, enable_async_checkpointing=False)
+    w = np.arange(6.0, dtype=np.float32)
+    state = train_states.TrainState(step=np.array(3, np.uint32),
+                                    mdl_vars={'w': w}, opt_states=[])
+    ckpt.save_final(3, partitioned_train_state=state)
+    state_dir = ckpt.checkpoint_manager.directory / 'checkpoint_00000003' / (
+        'state')
+    self.assertTrue((state_dir / 'mdl_vars.w' / 'zarr.json').exists())
+    self.assertFalse((state_dir / 'mdl_vars.w' / '.zarray').exists())
+    restored = checkpoints.restore_checkpoint(
+        jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state),
+        ckpt.checkpoint_manager.directory)
+    self.assertArraysEqual(restored.mdl_vars['w'], w)
 
   def test_pjit_refuses_flax_and_pmap_writes_flax(self):
     with self.assertRaisesRegex(ValueError, 'FLAX checkpointing not'):

@@ -54,6 +54,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from paxml import _checkpointer
 from paxml import _preemption
+from paxml import _zarr_metadata_key
 from paxml import checkpoint_managers
 from paxml import checkpoint_paths
 from paxml import checkpoint_types
@@ -120,11 +121,39 @@ def get_checkpointer(
 
 def reregister_type_handlers(
     tensorstore_metadata_key: str | None = None) -> None:
-  """Sets the key of TensorStore's metadata in Orbax's array handlers."""
+  """Names each array's zarr header file in the checkpoints written and read.
+
+  Orbax's scalar, numpy and jax.Array handlers are registered anew with
+  `metadata_key=tensorstore_metadata_key` (the array handler keeps the
+  registered one's array metadata store), and this project's checkpoint
+  readers look for the header under that name. None changes nothing (as in
+  Pax); the name holds for the rest of the process.
+
+  Args:
+    tensorstore_metadata_key: The header's file name (TensorStore's zarr
+      default: `.zarray`).
+
+  Raises:
+    ValueError: `tensorstore_metadata_key` is not a file name.
+  """
   if tensorstore_metadata_key is None:
     return
-  ocp.type_handlers.register_standard_handlers_with_options(
-      metadata_key=tensorstore_metadata_key)
+  _zarr_metadata_key.set_key(tensorstore_metadata_key)  # Checks it first.
+  key = tensorstore_metadata_key
+  th = ocp.type_handlers
+  for ty in (int, float, bytes, np.number):
+    th.register_type_handler(ty, th.ScalarHandler(metadata_key=key),
+                             override=True)
+  th.register_type_handler(np.ndarray, th.NumpyHandler(metadata_key=key),
+                           override=True)
+  # Orbax's own `register_standard_handlers_with_options` would drop the
+  # registered array handler's metadata store (and, in orbax-checkpoint
+  # 0.12, fails unless given `use_ocdbt` and `ts_context`).
+  store = getattr(th.get_type_handler(jax.Array), '_array_metadata_store',
+                  None)
+  th.register_type_handler(
+      jax.Array, th.ArrayHandler(metadata_key=key, array_metadata_store=store),
+      override=True)
 
 
 # -- Pax's functional API ------------------------------------------------------

@@ -304,6 +304,60 @@ class CheckpointTest(test_utils.TestCase):
     self.assertIsNone(input_state)
     self.assertArraysEqual(restored, _state_tree(self.values.get))
 
+  def _keep_type_handlers(self):
+    """Puts the registered Orbax handlers and header name back after."""
+    th = ocp.type_handlers
+    kept = [(ty, th.get_type_handler(ty))
+            for ty in (int, float, bytes, np.number, np.ndarray, jax.Array)]
+    self.addCleanup(checkpoints.reregister_type_handlers, '.zarray')
+    for ty, handler in kept:
+      self.addCleanup(th.register_type_handler, ty, handler, override=True)
+
+  def test_tensorstore_metadata_key_names_each_arrays_header(self):
+    self._keep_type_handlers()
+    checkpoints.reregister_type_handlers('header.json')
+    ckpt = self._checkpointer()
+    self._at_step(5)
+    self.assertTrue(ckpt.save(5, self._state(_mesh((2, 4)))))
+    ckpt.wait_until_finished()
+    state_dir = ckpt.directory / 'checkpoint_00000005' / 'state'
+    # The arrays, and Orbax's per-array metadata (the new handler kept it).
+    names = ['step', 'mdl_vars.params.w', 'mdl_vars.params.b',
+             'opt_states_0.count', 'opt_states_0.mu.w']
+    self.assertEqual({p.name for p in state_dir.iterdir() if p.is_dir()},
+                     {'array_metadatas', *names})
+    for array_dir in (state_dir / name for name in names):
+      self.assertTrue((array_dir / 'header.json').exists(), array_dir)
+      self.assertFalse((array_dir / '.zarray').exists(), array_dir)
+    restored, _ = self._checkpointer().restore(
+        5, abstract_state=self._abstract(_mesh((1, 1))))
+    self.assertArraysEqual(restored, _state_tree(self.values.get))
+
+    # None changes nothing (as in Pax); the default name is `.zarray`.
+    for key, step, header in ((None, 6, 'header.json'),
+                              ('.zarray', 7, '.zarray')):
+      checkpoints.reregister_type_handlers(key)
+      ckpt = self._checkpointer()
+      self._at_step(step)
+      self.assertTrue(ckpt.save(step, self._state(_mesh((1, 1))), force=True))
+      ckpt.wait_until_finished()
+      self.assertTrue((ckpt.directory / f'checkpoint_0000000{step}' / 'state'
+                       / 'mdl_vars.params.w' / header).exists(), header)
+    # Step 5's headers are not found under the default name, and the error
+    # says which name they have.
+    with self.assertRaisesRegex(
+        ValueError, r"no zarr header named '\.zarray' \(its files: "
+        r"\['header\.json'\]\); set task\.train\.tensorstore_metadata_key"):
+      ckpt.restore(5, abstract_state=self._abstract(_mesh((1, 1))))
+
+  def test_tensorstore_metadata_key_must_be_a_file_name(self):
+    self._keep_type_handlers()
+    before = ocp.type_handlers.get_type_handler(jax.Array)
+    for bad in ('', 'a/b', '..', 3):
+      with self.assertRaisesRegex(ValueError, 'tensorstore_metadata_key'):
+        checkpoints.reregister_type_handlers(bad)
+    self.assertIs(ocp.type_handlers.get_type_handler(jax.Array), before)
+
   def test_sigterm_forces_a_save(self):
     old = signal.getsignal(signal.SIGTERM)
     self.addCleanup(signal.signal, signal.SIGTERM, old)

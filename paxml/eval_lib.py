@@ -97,6 +97,8 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   # Only the step and model variables are restored, as in Pax: less memory,
   # and checkpoints of another optimizer (the real Pax's) still evaluate.
   task, partitioner = train.setup_run(configs, options)
+  checkpoints.reregister_type_handlers(
+      getattr(task.train, 'tensorstore_metadata_key', None))
   keys = jax.random.split(jax.random.PRNGKey(task.train.random_seed), 2)
   ckpt_dir = pathlib.Path(options.restore_checkpoint_dir or
                           job_log_dir / 'checkpoints')

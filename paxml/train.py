@@ -309,6 +309,9 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
     _checkpointer.check_options(train_p.save_interval_steps,
                                 train_p.save_max_to_keep,
                                 options.restore_checkpoint_dir)
+  # Checked first too; before the checkpointer copies Orbax's handlers.
+  checkpoints.reregister_type_handlers(
+      getattr(train_p, 'tensorstore_metadata_key', None))
   job_log_dir.mkdir(parents=True, exist_ok=True)
   lock = _job_lock.JobLock(job_log_dir)
   if jax.process_index() == 0:
