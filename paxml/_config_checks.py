@@ -1,8 +1,10 @@
 """Checks of `--fdl_set` values and of config values that cannot work.
 
-Private to `paxml.main`. Every check raises `ValueError` with one line that
-names the path or field, the value and what was expected; the runner prints
-it and exits with status 2 before anything is written or compiled.
+Private to `paxml.main` (and the executor, which checks the external
+checkpoint's settings of tasks that did not come through it). Every check
+raises `ValueError` with one line that names the path or field, the value
+and what was expected; the runner prints it and exits with status 2 before
+anything is written or compiled.
 """
 
 import ast
@@ -165,6 +167,7 @@ def check_train(task: Any) -> None:
   """Rejects task.train values that cannot work."""
   train = getattr(task, 'train', None)
   _zarr_metadata_key.check(getattr(train, 'tensorstore_metadata_key', None))
+  check_external_checkpoint(train)
   steps = getattr(train, 'num_train_steps', None)
   if steps is None or isinstance(steps, bool):
     return
@@ -185,3 +188,26 @@ def check_train(task: Any) -> None:
     raise ValueError(f'task.train.profiler_num_steps={num_steps!r}; expected '
                      'a number of steps > 0 to profile at '
                      f'profiler_capture_step={capture}.')
+
+
+def check_external_checkpoint(train: Any) -> None:
+  """`external_checkpoint_path` needs its handler, as in Pax (checked early);
+  `restore_transformations` apply only through that handler here."""
+  path = getattr(train, 'external_checkpoint_path', None)
+  if path is not None and getattr(
+      train, 'external_checkpoint_handler', None) is None:
+    raise ValueError(
+        f'task.train.external_checkpoint_path={str(path)!r}; expected '
+        'task.train.external_checkpoint_handler too: the CheckpointHandler '
+        'whose restore(path, item=..., partitioner=..., transformations=...) '
+        'returns the TrainState, as in Pax. To start from another run\'s '
+        'Pax checkpoint, use --restore_checkpoint_dir or '
+        'task.train.init_from_checkpoint_rules.')
+  transformations = getattr(train, 'restore_transformations', None)
+  if transformations and path is None:
+    raise ValueError(
+        f'task.train.restore_transformations={transformations!r}; expected '
+        "None: this project's checkpoints restore as saved (Orbax's restore "
+        'transformations apply only through '
+        'task.train.external_checkpoint_handler). To load some variables '
+        'from another checkpoint, use task.train.init_from_checkpoint_rules.')

@@ -13,11 +13,14 @@ Public names: RunOptions, DefaultExecutor.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import pathlib
 from typing import Any, Sequence
 
 from absl import logging
+from etils import epath
 import jax
+from paxml import _config_checks
 from paxml import _nonfinite_guard
 from paxml import base_executor
 from paxml import checkpoints
@@ -70,6 +73,14 @@ def abstract_train_state(partitioner: Any,
       lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
       metadata.unpadded_global_shapes,
       partitioner.state_shardings(discard_opt_states))
+
+
+def _collect_garbage() -> None:
+  """A full collection, the frozen set-up heap included, frozen again after
+  (`train.gc_interval_steps`, as in Pax)."""
+  gc.unfreeze()
+  gc.collect()
+  gc.freeze()
 
 
 class DefaultExecutor(base_executor.BaseExecutor):
@@ -135,7 +146,8 @@ class DefaultExecutor(base_executor.BaseExecutor):
         jax_task, input_specs_provider)
     partitioner.setup(jax_task, root_key, specs, job_log_dir=job_log_dir)
     abstract_state = abstract_train_state(partitioner)
-    restored = self._maybe_restore(restore_checkpoint_step, abstract_state)
+    restored = self._maybe_restore(restore_checkpoint_step, abstract_state,
+                                   partitioner)
     # The first step compiles on another thread while the state is made.
     train_program.compile_ahead(
         jax_task, self._train_input, partitioner, abstract_state,
@@ -169,16 +181,18 @@ class DefaultExecutor(base_executor.BaseExecutor):
     self._eval_programs = list(eval_programs)
     self._decode_programs = list(decode_programs)
 
-  def _maybe_restore(self, step: int | None, abstract_state: Any) -> Any:
+  def _maybe_restore(self, step: int | None, abstract_state: Any,
+                     partitioner: Any) -> Any:
     """The checkpointed state (and the input's position), or None.
 
     Args:
       step: The step to restore (None: the latest, if any).
       abstract_state: `abstract_train_state(partitioner)`.
+      partitioner: The partitioner, set up.
     """
     if self._checkpointer is None or (
         step is None and self._checkpointer.latest_step() is None):
-      return None
+      return self._maybe_restore_external(abstract_state, partitioner)
     state, input_state = self._checkpointer.restore(
         step, abstract_state=abstract_state)
     if step is not None:  # Going back: newer checkpoints would block saves.
@@ -188,6 +202,33 @@ class DefaultExecutor(base_executor.BaseExecutor):
     logging.info('Restored the checkpoint of step %d.',
                  int(jax.device_get(state.step)))
     logging.info('(read from %s)', self._checkpointer.restored_from)
+    return state
+
+  def _maybe_restore_external(self, abstract_state: Any,
+                              partitioner: Any) -> Any:
+    """The state read by `train.external_checkpoint_handler`, or None.
+
+    As in Pax: a run that has no checkpoint of its own starts from
+    `train.external_checkpoint_path` (any format) when it names one; the
+    handler (an Orbax `CheckpointHandler` in Pax's protocol) is called as
+    `restore(path, item=<TrainStateMetadata>, partitioner=...,
+    transformations=train.restore_transformations)` and returns the
+    TrainState, placed here on the state's shardings.
+    """
+    train_p = self._task.train
+    path = getattr(train_p, 'external_checkpoint_path', None)
+    if path is None:
+      return None
+    _config_checks.check_external_checkpoint(train_p)
+    handler = train_p.external_checkpoint_handler
+    state = handler.restore(
+        epath.Path(path), item=partitioner.get_train_state_metadata(),
+        partitioner=partitioner,
+        transformations=getattr(train_p, 'restore_transformations', None))
+    state = jax.device_put(state, jax.tree.map(
+        lambda a: a.sharding, abstract_state))
+    logging.info('Started from the external checkpoint %s (step %d).', path,
+                 int(jax.device_get(state.step)))
     return state
 
   def _input_state(self) -> bytes | None:
@@ -291,10 +332,15 @@ class DefaultExecutor(base_executor.BaseExecutor):
       step += 1
       if step == self.start_step + 1:
         self._compile_programs_ahead(state)
+      gc_interval = getattr(train_p, 'gc_interval_steps', 0)
+      if gc_interval and step % gc_interval == 0:
+        _collect_garbage()
       evals, decodes = [], []
       if self._due(train_p.eval_interval_steps, step):
         evals = [(p, p.run(state, step)) for p in self._eval_programs]
         self._note_eval_metrics(evals)
+        if gc_interval:
+          _collect_garbage()
       if self._due(train_p.decode_interval_steps, step,
                    train_p.decode_start_after_n_steps):
         decodes = [(p, p.run(state, step)) for p in self._decode_programs]

@@ -357,6 +357,13 @@ class BaseTrainProgram(Program):
     self._accumulator = _program_utils.SummaryAccumulator(
         task.train.summary_accumulate_interval_steps)
 
+  def _logs_loss(self, step: int) -> bool:
+    """Whether the loss of a step done at `step` (no summary step) is
+    logged: at multiples of `train.log_train_output_interval_steps`, as in
+    Pax (unset: at summary steps only, which log it anyway)."""
+    every = getattr(self._task.train, 'log_train_output_interval_steps', None)
+    return bool(every) and step % every == 0
+
   def _kept_outputs(self, step: int) -> tuple[bool, bool]:
     """(summaries written, outputs accumulated) once `step` is done."""
     return (bool(trainer_lib.is_summary_step(self._task.train, step + 1)),
@@ -429,6 +436,9 @@ class BaseTrainProgram(Program):
     steps_per_sec = None
     if write:
       steps_per_sec = self._report(new_step, outputs)
+    elif self._logs_loss(new_step):  # Waits for this step's loss.
+      logging.info('step %d/%d loss %.5f', new_step, self.num_train_steps,
+                   float(jax.device_get(outputs.loss)))
     eval_metrics = None
     if self._should_eval_train(new_step):
       eval_metrics = self._eval_train(state, new_step, inputs,

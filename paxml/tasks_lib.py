@@ -488,7 +488,8 @@ class SingleTask(base_task.BaseTask):
       external_checkpoint_path: Checkpoint to start from if the run has none.
       external_checkpoint_handler: Handler reading it.
       report_progress_hook: Report progress to an external hook.
-      gc_interval_steps: Steps between Python garbage collections (0: off).
+      gc_interval_steps: Steps between full Python garbage collections,
+        and one after each eval (0: off).
       max_consecutive_nonfinite_steps: Stop training after this many
         consecutive steps with a non-finite loss (0: never stop). Not in Pax.
     """

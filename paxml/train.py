@@ -26,6 +26,7 @@ from absl import logging
 from fiddle.absl_flags import utils as fdl_flag_utils
 import jax
 from paxml import _checkpointer
+from paxml import _config_checks
 from paxml import _job_lock
 from paxml import _nonfinite_guard
 from paxml import _preemption
@@ -309,6 +310,7 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
     _checkpointer.check_options(train_p.save_interval_steps,
                                 train_p.save_max_to_keep,
                                 options.restore_checkpoint_dir)
+  _config_checks.check_external_checkpoint(train_p)
   # Checked first too; before the checkpointer copies Orbax's handlers.
   checkpoints.reregister_type_handlers(
       getattr(train_p, 'tensorstore_metadata_key', None))

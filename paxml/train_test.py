@@ -1,7 +1,9 @@
 """Tests of paxml.train and paxml.eval_lib called with Pax's signatures."""
 
+import gc
 import pathlib
 import pickle
+import re
 import tempfile
 
 from absl.testing import absltest
@@ -117,6 +119,72 @@ class WarmStartTest(absltest.TestCase):
                    np.asarray(first.mdl_vars['params']['proj']['w']))
     self.assertLessEqual(moved.max(), 0.05 + 1e-6)
     self.assertGreater(moved.max(), 0.0)
+
+
+class GarbageCollectionTest(absltest.TestCase):
+
+  def test_gc_interval_steps_collects_in_full_at_its_multiples(self):
+
+    class Collecting(ShortRegression):
+      GC = 0
+
+      def task(self):
+        task_p = super().task()
+        task_p.train.gc_interval_steps = self.GC
+        task_p.train.eval_interval_steps = 0
+        task_p.train.decode_interval_steps = 0
+        return task_p
+
+    def full_collections(gc_interval):
+      Collecting.GC = gc_interval
+      starts = []
+      record = lambda phase, info: starts.append(
+          (phase, info['generation']))
+      gc.callbacks.append(record)
+      self.addCleanup(gc.unfreeze)
+      try:
+        train.train_and_evaluate(
+            Collecting(), pathlib.Path(tempfile.mkdtemp()),
+            run_decode=False, enable_checkpoint_saving=False)
+      finally:
+        gc.callbacks.remove(record)
+      return starts.count(('start', 2))
+
+    gc.disable()  # Only the runner's collections: no automatic ones.
+    self.addCleanup(gc.enable)
+    self.assertEqual(full_collections(0), 0)
+    self.assertEqual(full_collections(2), 2)  # After steps 2 and 4.
+    self.assertGreater(gc.get_freeze_count(), 0)  # Frozen again.
+
+
+class TrainLogTest(absltest.TestCase):
+
+  def test_log_train_output_interval_steps_logs_the_loss(self):
+
+    class Logging(ShortRegression):
+      EVERY = None
+
+      def task(self):
+        task_p = super().task()
+        task_p.train.summary_interval_steps = 4
+        task_p.train.log_train_output_interval_steps = self.EVERY
+        task_p.train.eval_interval_steps = 0
+        task_p.train.decode_interval_steps = 0
+        return task_p
+
+    def logged_steps(every):
+      Logging.EVERY = every
+      with self.assertLogs('absl', level='INFO') as logs:
+        train.train_and_evaluate(
+            Logging(), pathlib.Path(tempfile.mkdtemp()), run_decode=False,
+            enable_checkpoint_saving=False)
+      return [int(m.group(1)) for m in map(
+          re.compile(r'step (\d+)/4 loss \d+\.\d{5}').search, logs.output)
+              if m]
+
+    self.assertEqual(logged_steps(None), [4])  # The summary step.
+    self.assertEqual(logged_steps(1), [1, 2, 3, 4])
+    self.assertEqual(logged_steps(2), [2, 4])
 
 
 class RunProgramsTest(absltest.TestCase):
