@@ -121,31 +121,37 @@ class WarmStartTest(absltest.TestCase):
     self.assertGreater(moved.max(), 0.0)
 
 
+def _train_4_steps(**train_fields):
+  """Trains ShortRegression (no eval, decode or checkpoints) in a new job
+  directory, with `train_fields` set on its `task.train`."""
+
+  class Experiment(ShortRegression):
+
+    def task(self):
+      task_p = super().task()
+      task_p.train.eval_interval_steps = 0
+      task_p.train.decode_interval_steps = 0
+      for name, value in train_fields.items():
+        setattr(task_p.train, name, value)
+      return task_p
+
+  return train.train_and_evaluate(
+      Experiment(), pathlib.Path(tempfile.mkdtemp()), run_decode=False,
+      enable_checkpoint_saving=False)
+
+
 class GarbageCollectionTest(absltest.TestCase):
 
   def test_gc_interval_steps_collects_in_full_at_its_multiples(self):
 
-    class Collecting(ShortRegression):
-      GC = 0
-
-      def task(self):
-        task_p = super().task()
-        task_p.train.gc_interval_steps = self.GC
-        task_p.train.eval_interval_steps = 0
-        task_p.train.decode_interval_steps = 0
-        return task_p
-
     def full_collections(gc_interval):
-      Collecting.GC = gc_interval
       starts = []
       record = lambda phase, info: starts.append(
           (phase, info['generation']))
       gc.callbacks.append(record)
       self.addCleanup(gc.unfreeze)
       try:
-        train.train_and_evaluate(
-            Collecting(), pathlib.Path(tempfile.mkdtemp()),
-            run_decode=False, enable_checkpoint_saving=False)
+        _train_4_steps(gc_interval_steps=gc_interval)
       finally:
         gc.callbacks.remove(record)
       return starts.count(('start', 2))
@@ -161,23 +167,10 @@ class TrainLogTest(absltest.TestCase):
 
   def test_log_train_output_interval_steps_logs_the_loss(self):
 
-    class Logging(ShortRegression):
-      EVERY = None
-
-      def task(self):
-        task_p = super().task()
-        task_p.train.summary_interval_steps = 4
-        task_p.train.log_train_output_interval_steps = self.EVERY
-        task_p.train.eval_interval_steps = 0
-        task_p.train.decode_interval_steps = 0
-        return task_p
-
     def logged_steps(every):
-      Logging.EVERY = every
       with self.assertLogs('absl', level='INFO') as logs:
-        train.train_and_evaluate(
-            Logging(), pathlib.Path(tempfile.mkdtemp()), run_decode=False,
-            enable_checkpoint_saving=False)
+        _train_4_steps(summary_interval_steps=4,
+                       log_train_output_interval_steps=every)
       return [int(m.group(1)) for m in map(
           re.compile(r'step (\d+)/4 loss \d+\.\d{5}').search, logs.output)
               if m]
