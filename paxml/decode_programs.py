@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from absl import logging
 from etils import epath
@@ -88,7 +88,9 @@ class SingleTaskDecodeProgram(programs.Program):
       task: The task.
       partitioner: The partitioner (set up).
       job_log_dir: The run's directory.
-      decode_prng_seed: The decoding key (each batch folds its index in).
+      decode_prng_seed: The decoding key: every batch's, or, with
+        `task.decode.prng_key_fold_with_batch_index`, folded with the
+        batch's number (from 1), as in Pax.
       output_pickle: Write the outputs' `.pickle` beside their `.jsonl`.
       enable_summary_writer: Write TensorBoard summaries.
     """
@@ -140,8 +142,16 @@ class SingleTaskDecodeProgram(programs.Program):
     eval_state = programs.get_eval_train_state(
         self._task, state, self._task.train.decode_use_ema_states)
     compile_ahead(_program_utils.abstract_like(eval_state),
-                  _program_utils.BatchKeys(self._prng_key)(0),
-                  trees.get_shape_dtype(inputs))
+                  self._batch_keys()(0), trees.get_shape_dtype(inputs))
+
+  def _batch_keys(self) -> Callable[[int], Any]:
+    """The key of batch i (from 0): Pax's decode key as it is, or with the
+    batch's number (i + 1) folded in when the task's
+    `decode.prng_key_fold_with_batch_index` says so."""
+    if getattr(self._task.decode, 'prng_key_fold_with_batch_index', False):
+      keys = _program_utils.BatchKeys(self._prng_key)
+      return lambda i: keys(i + 1)
+    return lambda i: self._prng_key
 
   def _get_step(self, inputs: Any) -> tuple[Any, Any]:
     if self._step_fn is None:
@@ -166,7 +176,7 @@ class SingleTaskDecodeProgram(programs.Program):
     lag = max(int(self._task.train.max_inflight_steps), 1)
     pending = collections.deque()
     num_steps = 0
-    keys = _program_utils.BatchKeys(self._prng_key)
+    keys = self._batch_keys()
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
       batch, rows = self._pad(batch)  # rows: (real, padded) or None.
       inputs = self._partitioner.preprocess_inputs(

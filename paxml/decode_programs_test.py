@@ -47,6 +47,18 @@ class Doubler(base_model.BaseModel):
     return {}, pairs, {}
 
 
+class Sampler(Doubler):
+  """Decodes one uniform draw per row from the decode key."""
+
+  def decode(self, input_batch):
+    draws = jax.random.uniform(self.next_prng_key(), input_batch.idx.shape)
+    return ({}, NestedMap(draw=draws, idx=input_batch.idx), {})
+
+  def process_decode_out(self, input_obj, decode_out):
+    return {}, [(int(i), float(v)) for i, v in
+                zip(decode_out.idx, decode_out.draw)], {}
+
+
 class WeightedDoubler(Doubler):
   """A Doubler whose metric counts rows by `eval_sample_weights`."""
 
@@ -66,8 +78,9 @@ class _UnpaddedInput(base_input.InMemoryInput):
     return jax.tree.map(lambda x: x[keep], batch)
 
 
-def _setup(model_cls, input_cls, num_rows, batch_size):
+def _setup(model_cls, input_cls, num_rows, batch_size, fold_keys=False):
   task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')
+  task_p.decode.prng_key_fold_with_batch_index = fold_keys
   task_p.model = pax_fiddle.Config(model_cls, name='m')
   task_p.train.learner.loss_name = 'loss'
   task_p.train.learner.optimizer = pax_fiddle.Config(optimizers.Sgd)
@@ -122,6 +135,31 @@ class DecodeProgramTest(absltest.TestCase):
     self.assertEqual(out.num_decode_steps, 4)
     got = dict(out.records)
     np.testing.assert_allclose([got[i] for i in range(21)], 2 * x)
+
+  def test_batch_keys_as_prng_key_fold_with_batch_index_says(self):
+    # Three batches of 8 rows. Pax's default decodes every batch with the
+    # same key (the same draws, row by row); with the flag, batch n (from 1)
+    # gets the key folded with n: what the default gives for that key.
+    def draws(key, fold):
+      task, partitioner, state, input_p, _ = _setup(
+          Sampler, base_input.InMemoryInput, 24, 8, fold)
+      program = decode_programs.SingleTaskDecodeProgram(input_p)
+      program.setup(task, partitioner, pathlib.Path(tempfile.mkdtemp()),
+                    key, enable_summary_writer=False)
+      out = program.run(state, 1)
+      program.shutdown()
+      got = dict(out.records)
+      return np.array([got[i] for i in range(24)]).reshape(3, 8)
+
+    key = jax.random.PRNGKey(1)
+    same = draws(key, False)
+    np.testing.assert_array_equal(same[0], same[1])
+    np.testing.assert_array_equal(same[0], same[2])
+    folded = draws(key, True)
+    self.assertFalse(np.array_equal(folded[0], folded[1]))
+    for n in (1, 3):
+      np.testing.assert_array_equal(
+          folded[n - 1], draws(jax.random.fold_in(key, n), False)[0])
 
   def test_outputs_and_metrics_match_numpy(self):
     task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')

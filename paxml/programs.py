@@ -732,14 +732,13 @@ class BaseEvalProgram(Program):
     means = (_program_utils.DeviceMeans(loss_key)
              if self._task.metrics is None else None)
     results = []
-    keys = _program_utils.BatchKeys(self._eval_prng_seed)
-    for i, batch in enumerate(_program_utils.eval_batches(self._input)):
+    for batch in _program_utils.eval_batches(self._input):
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.eval_input_partition_spec(batch))
       in_flight.make_room()
-      out = self.eval_step(eval_state,
-                           keys(i),
-                           inputs, static_args)
+      # Every batch with the eval key, as in Pax.
+      out = self.eval_step(eval_state, self._eval_prng_seed, inputs,
+                           static_args)
       in_flight.add(out.loss)
       if means is not None:
         means.add(out.loss, out.weighted_scalars)
@@ -859,8 +858,8 @@ class SingleTaskEvalProgram(BaseEvalProgram):
     eval_state = get_eval_train_state(self._task, state,
                                       self._task.train.eval_use_ema_states)
     compile_ahead(_program_utils.abstract_like(eval_state),
-                  _program_utils.BatchKeys(self._eval_prng_seed)(0),
-                  trees.get_shape_dtype(inputs), self._static_args())
+                  self._eval_prng_seed, trees.get_shape_dtype(inputs),
+                  self._static_args())
 
 
 # Names Pax 1.4's module also has (aliases of other modules' names).

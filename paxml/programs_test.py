@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import _program_utils
+from paxml import decode_programs_test
 from paxml import mfu
 from paxml import partitioning_test
 from paxml import programs
@@ -83,7 +84,36 @@ class TrainProgramTest(absltest.TestCase):
                              delta=0.05 + 0.01 * logged)
 
 
+class _NoisyLoss(decode_programs_test.Doubler):
+  """Its loss is the mean of one uniform draw per row, from the eval key."""
+
+  def compute_predictions(self, input_batch):
+    return jax.random.uniform(self.next_prng_key(), input_batch.idx.shape)
+
+  def compute_loss(self, predictions, input_batch):
+    return {'loss': (jnp.mean(predictions), jnp.array(1.0))}, {}
+
+
 class EvalProgramTest(absltest.TestCase):
+
+  def test_every_batch_gets_the_eval_key_as_in_pax(self):
+    # The same key for each batch of 8 rows: the mean over three batches is
+    # that of the first batch alone (per-batch keys would give other draws).
+    def eval_loss(rows):
+      task, partitioner, state, input_p, _ = decode_programs_test._setup(
+          _NoisyLoss, base_input.InMemoryInput, rows, 8)
+      program = programs.SingleTaskEvalProgram(input_p)
+      program.setup(task, partitioner, tempfile.mkdtemp(),
+                    jax.random.PRNGKey(1), enable_summary_writer=False)
+      out = program.run(state, 0)
+      program.shutdown()
+      self.assertEqual(out.num_eval_steps, rows // 8)
+      return out.eval_metrics['loss']
+
+    one = eval_loss(8)
+    self.assertGreater(one, 0.0)
+    self.assertAlmostEqual(eval_loss(24), one, places=6)
+
 
   def _eval(self, compile_ahead):
     """(the eval's output, the state, the numpy MSE, threads compiling)."""
