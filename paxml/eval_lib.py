@@ -86,6 +86,18 @@ def run_decode_programs(
       input_names=[p.decode_input.name for p in decode_programs]), elapsed
 
 
+def _job_keys(task: Any, decode_job: bool) -> tuple[jax.Array, jax.Array]:
+  """(eval key, decode key) of an eval or decode job, as Pax draws them.
+
+  Pax splits `PRNGKey(task.evaluate.random_seed)` (an eval job) or
+  `PRNGKey(task.decode.random_seed)` (a decode job) into the decode key and
+  then the eval key.
+  """
+  seed = (task.decode if decode_job else task.evaluate).random_seed
+  decode_key, eval_key = jax.random.split(jax.random.PRNGKey(seed))
+  return eval_key, decode_key
+
+
 def _follow_checkpoints(configs: train.ExperimentConfigs,
                         options: executors.RunOptions, once: bool,
                         make_programs: Callable[..., list[Any]],
@@ -99,7 +111,7 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   task, partitioner = train.setup_run(configs, options)
   checkpoints.reregister_type_handlers(
       getattr(task.train, 'tensorstore_metadata_key', None))
-  keys = jax.random.split(jax.random.PRNGKey(task.train.random_seed), 2)
+  eval_key, decode_key = _job_keys(task, prefix.startswith('decode'))
   ckpt_dir = pathlib.Path(options.restore_checkpoint_dir or
                           job_log_dir / 'checkpoints')
   checkpointer = checkpoints.Checkpointer(
@@ -108,11 +120,11 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   progs = make_programs(configs)
   for program in progs:
     if isinstance(program, decode_programs_lib.SingleTaskDecodeProgram):
-      program.setup(task, partitioner, job_log_dir, keys[1],
+      program.setup(task, partitioner, job_log_dir, decode_key,
                     output_pickle=options.decode_output_pickle,
                     enable_summary_writer=options.enable_summary_writer)
     else:
-      program.setup(task, partitioner, job_log_dir, keys[0],
+      program.setup(task, partitioner, job_log_dir, eval_key,
                     enable_summary_writer=options.enable_summary_writer)
   done, damaged, metrics = None, set(), None
   wait_start, last_wait_log = time.monotonic(), None

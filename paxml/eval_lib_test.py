@@ -3,8 +3,11 @@
 import pathlib
 import shutil
 import tempfile
+import types
 
 from absl.testing import absltest
+import jax
+import numpy as np
 from paxml import eval_lib
 from paxml import train
 from paxml.tasks.test import regression
@@ -42,6 +45,19 @@ class EvalRestoreTest(absltest.TestCase):
     self.assertEqual(int(seen[0].step), 2)
     self.assertEqual(list(seen[0].opt_states), [])
     self.assertNotEmpty(seen[0].mdl_vars['params'])
+
+
+class JobKeysTest(absltest.TestCase):
+
+  def test_keys_from_the_jobs_own_seed_decode_key_first(self):
+    task = types.SimpleNamespace(
+        evaluate=types.SimpleNamespace(random_seed=7),
+        decode=types.SimpleNamespace(random_seed=9))
+    for decode_job, seed in ((False, 7), (True, 9)):
+      eval_key, decode_key = eval_lib._job_keys(task, decode_job)
+      want = jax.random.split(jax.random.PRNGKey(seed))
+      np.testing.assert_array_equal(decode_key, want[0])
+      np.testing.assert_array_equal(eval_key, want[1])
 
 
 if __name__ == '__main__':
