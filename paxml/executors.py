@@ -185,6 +185,9 @@ class DefaultExecutor(base_executor.BaseExecutor):
                      partitioner: Any) -> Any:
     """The checkpointed state (and the input's position), or None.
 
+    Without a checkpoint to restore, the state of the task's external
+    checkpoint, if it names one (`_maybe_restore_external`).
+
     Args:
       step: The step to restore (None: the latest, if any).
       abstract_state: `abstract_train_state(partitioner)`.
@@ -225,6 +228,12 @@ class DefaultExecutor(base_executor.BaseExecutor):
         epath.Path(path), item=partitioner.get_train_state_metadata(),
         partitioner=partitioner,
         transformations=getattr(train_p, 'restore_transformations', None))
+    want = jax.tree.structure(abstract_state)
+    if jax.tree.structure(state) != want:
+      raise ValueError(
+          f'task.train.external_checkpoint_handler ({type(handler).__name__}) '
+          f'read {path}: its state {jax.tree.structure(state)} does not have '
+          f"the model's TrainState structure {want}.")
     state = jax.device_put(state, jax.tree.map(
         lambda a: a.sharding, abstract_state))
     logging.info('Started from the external checkpoint %s (step %d).', path,

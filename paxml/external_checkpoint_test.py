@@ -85,6 +85,18 @@ class ExternalCheckpointTest(absltest.TestCase):
     self.assertEqual(again.calls, [])
     self.assertEqual(int(final.step), 7)
 
+  def test_a_state_of_another_structure_is_refused_by_name(self):
+
+    class NoOptimizer(_ConstantHandler):
+
+      def restore(self, *args, **kwargs):
+        return super().restore(*args, **kwargs).replace(opt_states=[])
+
+    with self.assertRaisesRegex(
+        ValueError, r"external_checkpoint_handler \(NoOptimizer\) read "
+        r"/elsewhere/model: its state .* does not have the model's TrainState"):
+      self._run(6, NoOptimizer())
+
   def test_the_path_needs_its_handler_and_transformations_need_the_path(self):
     train_p = train.ExperimentConfigs.from_experiment(
         regression.RegressionExperiment(), _EXP).task.train
