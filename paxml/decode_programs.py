@@ -24,6 +24,7 @@ import jax
 from paxml import _program_utils
 from paxml import base_metrics
 from paxml import io_utils
+from paxml import profiling
 from paxml import programs
 from paxml import summary_utils
 from paxml import train_states
@@ -68,6 +69,7 @@ class SingleTaskDecodeProgram(programs.Program):
     self._prng_key = None
     self._input = None
     self._name = None
+    self._job_log_dir = None
     self._output_dir = None
     self._writer = None
     self._step_fn = None
@@ -101,7 +103,8 @@ class SingleTaskDecodeProgram(programs.Program):
     self._input_p = partitioner.preprocess_input_config(self._input_p)
     self._input = instantiate(self._input_p)
     self._name = self._input.name
-    self._output_dir = epath.Path(job_log_dir) / 'decoder_out' / self._name
+    self._job_log_dir = epath.Path(job_log_dir)
+    self._output_dir = self._job_log_dir / 'decoder_out' / self._name
     self._writer = summary_utils.get_summary_writer(
         programs.get_summary_base_dir(job_log_dir) /
         f'decode_test_{self._name}', enable_summary_writer)
@@ -153,6 +156,19 @@ class SingleTaskDecodeProgram(programs.Program):
       return lambda i: keys(i + 1)
     return lambda i: self._prng_key
 
+  def _profiler(self) -> profiling.Profiler | None:
+    """Pax's decode profiler: with `task.decode.profiler_num_steps` > 0, a
+    trace of that many batches from batch `decode.profiler_capture_step`
+    (counted from 1) into `<job_log_dir>/profile/decode_<input name>`."""
+    decode_p = self._task.decode
+    if getattr(decode_p, 'profiler_num_steps', 0) <= 0:
+      return None
+    return profiling.Profiler(
+        num_steps=decode_p.profiler_num_steps,
+        min_duration_sec=decode_p.profiler_min_duration_sec,
+        max_num_hosts=decode_p.profiler_max_num_hosts,
+        log_dir=self._job_log_dir / 'profile', tag=f'decode_{self._name}')
+
   def _get_step(self, inputs: Any) -> tuple[Any, Any]:
     if self._step_fn is None:
       self._step_fn, self._input_specs = self._partitioner.partition(
@@ -177,7 +193,11 @@ class SingleTaskDecodeProgram(programs.Program):
     pending = collections.deque()
     num_steps = 0
     keys = self._batch_keys()
+    profiler = self._profiler()
     for i, batch in enumerate(_program_utils.eval_batches(self._input)):
+      if (profiler is not None
+          and i + 1 == self._task.decode.profiler_capture_step):
+        profiler.capture_async()
       batch, rows = self._pad(batch)  # rows: (real, padded) or None.
       inputs = self._partitioner.preprocess_inputs(
           self._input, batch, self.decode_input_partition_spec(batch))
@@ -188,6 +208,8 @@ class SingleTaskDecodeProgram(programs.Program):
         self._consume(*pending.popleft(), metrics, outputs)
     while pending:
       self._consume(*pending.popleft(), metrics, outputs)
+    if profiler is not None:
+      profiler.stop_now()  # The trace is written by now, however short.
     final = {k: (float(v), float(w))
              for k, (v, w) in metrics.finalize().items()}
     self._write_summaries(train_step, final)

@@ -78,9 +78,12 @@ class _UnpaddedInput(base_input.InMemoryInput):
     return jax.tree.map(lambda x: x[keep], batch)
 
 
-def _setup(model_cls, input_cls, num_rows, batch_size, fold_keys=False):
+def _setup(model_cls, input_cls, num_rows, batch_size, fold_keys=False,
+           **decode_fields):
   task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')
   task_p.decode.prng_key_fold_with_batch_index = fold_keys
+  for name, value in decode_fields.items():
+    setattr(task_p.decode, name, value)
   task_p.model = pax_fiddle.Config(model_cls, name='m')
   task_p.train.learner.loss_name = 'loss'
   task_p.train.learner.optimizer = pax_fiddle.Config(optimizers.Sgd)
@@ -160,6 +163,23 @@ class DecodeProgramTest(absltest.TestCase):
     for n in (1, 3):
       np.testing.assert_array_equal(
           folded[n - 1], draws(jax.random.fold_in(key, n), False)[0])
+
+  def test_decode_profiler_settings_write_a_trace(self):
+    # Pax's decode profiler: a trace from batch 2 of 3, under the job's
+    # profile directory; none with profiler_num_steps=0 (the default).
+    for num_steps, traced in ((0, False), (1, True)):
+      task, partitioner, state, input_p, _ = _setup(
+          Doubler, base_input.InMemoryInput, 24, 8,
+          profiler_num_steps=num_steps, profiler_capture_step=2,
+          profiler_min_duration_sec=0.0)
+      job_dir = pathlib.Path(tempfile.mkdtemp())
+      program = decode_programs.SingleTaskDecodeProgram(input_p)
+      program.setup(task, partitioner, job_dir, jax.random.PRNGKey(1),
+                    enable_summary_writer=False)
+      self.assertEqual(program.run(state, 1).num_decode_steps, 3)
+      program.shutdown()
+      traces = list((job_dir / 'profile').glob('decode_dec/**/*.xplane.pb'))
+      self.assertEqual(bool(traces), traced, traces)
 
   def test_outputs_and_metrics_match_numpy(self):
     task_p = pax_fiddle.Config(tasks_lib.SingleTask, name='t')

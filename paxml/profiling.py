@@ -163,9 +163,13 @@ class Profiler:
       self._timer.join()
     self._log_dir.mkdir(parents=True, exist_ok=True)
     duration = self.capture_duration_sec
+    try:
+      jax.profiler.start_trace(os.fspath(self._log_dir),
+                               create_perfetto_link=False)
+    except RuntimeError as e:  # Another profiler's trace is running.
+      logging.warning('Not profiling into %s: %s', self._log_dir, e)
+      return
     logging.info('Profiling for %.2f s into %s.', duration, self._log_dir)
-    jax.profiler.start_trace(os.fspath(self._log_dir),
-                             create_perfetto_link=False)
     self._capturing = True
     self._timer = threading.Timer(duration, self._stop)
     self._timer.daemon = True
