@@ -357,17 +357,19 @@ class BaseTrainProgram(Program):
     self._accumulator = _program_utils.SummaryAccumulator(
         task.train.summary_accumulate_interval_steps)
 
-  def _logs_loss(self, step: int) -> bool:
-    """Whether the loss of a step done at `step` (no summary step) is
-    logged: at multiples of `train.log_train_output_interval_steps`, as in
-    Pax (unset: at summary steps only, which log it anyway)."""
+  def _logs_outputs(self, step: int) -> bool:
+    """Whether the outputs of the step done at `step` are logged: at
+    multiples of `train.log_train_output_interval_steps`, as in Pax (unset:
+    at summary steps only, which log them anyway)."""
     every = getattr(self._task.train, 'log_train_output_interval_steps', None)
     return bool(every) and step % every == 0
 
-  def _kept_outputs(self, step: int) -> tuple[bool, bool]:
-    """(summaries written, outputs accumulated) once `step` is done."""
-    return (bool(trainer_lib.is_summary_step(self._task.train, step + 1)),
-            self._accumulator.due(step + 1))
+  def _kept_outputs(self, step: int) -> tuple[bool, bool, bool]:
+    """(summaries written, outputs accumulated, outputs logged) once `step`
+    is done; any of them needs the full variant of the step."""
+    done = step + 1
+    return (bool(trainer_lib.is_summary_step(self._task.train, done)),
+            self._accumulator.due(done), self._logs_outputs(done))
 
   def compile_ahead(self, task: Any, train_input: Any, partitioner: Any,
                     abstract_state: Any, prng_key: Any, step: int) -> None:
@@ -415,15 +417,15 @@ class BaseTrainProgram(Program):
     self._progress.count(batch)
     inputs = self._partitioner.preprocess_inputs(
         self._train_input, batch, self.train_input_partition_spec(batch))
-    write, accumulate = self._kept_outputs(step)
+    write, accumulate, log = self._kept_outputs(step)
+    full = write or accumulate or log
     self._in_flight.make_room()
     new_step, state, outputs = self.train_step(
-        step, state, self._train_prng_seed, inputs,
-        self._static_args[write or accumulate])
+        step, state, self._train_prng_seed, inputs, self._static_args[full])
     self._in_flight.add(outputs.loss)
     if step == self._initial_step:
       # Once the first step's own executable is ready (it is dispatched).
-      self._compile_later_variant(state, inputs, step, write or accumulate)
+      self._compile_later_variant(state, inputs, step, full)
       self.first_result_callback_fn(True)
       _startup_gc.end_setup()  # The command's set-up is over;
       self._first_loss = outputs.loss  # its heap is settled once this is.
@@ -436,9 +438,8 @@ class BaseTrainProgram(Program):
     steps_per_sec = None
     if write:
       steps_per_sec = self._report(new_step, outputs)
-    elif self._logs_loss(new_step):  # Waits for this step's loss.
-      logging.info('step %d/%d loss %.5f', new_step, self.num_train_steps,
-                   float(jax.device_get(outputs.loss)))
+    elif log:  # Waits for this step's outputs.
+      self._log_outputs(new_step, outputs)
     eval_metrics = None
     if self._should_eval_train(new_step):
       eval_metrics = self._eval_train(state, new_step, inputs,
@@ -507,6 +508,17 @@ class BaseTrainProgram(Program):
     summary_utils.write_summary_entry(self._eval_writer, step,
                                       float(loss), scalars, {})
     return {k: v for k, (v, _) in scalars.items()}
+
+  def _log_outputs(self, step: int, outputs: StepFnOutput) -> None:
+    """Logs the loss and weighted scalars of a step that writes no
+    summaries (`train.log_train_output_interval_steps`)."""
+    loss, weighted = _program_utils.fetch(
+        (outputs.loss, outputs.weighted_scalars))
+    scalars = ''.join(
+        f', {key}={value:.6g} (weight={weight:.6g})' for key, (value, weight)
+        in _program_utils.host_scalars(weighted).items())
+    logging.info('step %d/%d loss %.5f%s', step, self.num_train_steps,
+                 float(np.mean(loss)), scalars)
 
   def _report(self, step: int, outputs: StepFnOutput) -> float:
     """Logs and writes the summaries of a summary step (one device fetch)."""

@@ -165,19 +165,46 @@ class GarbageCollectionTest(absltest.TestCase):
 
 class TrainLogTest(absltest.TestCase):
 
-  def test_log_train_output_interval_steps_logs_the_loss(self):
+  def _logged(self, **train_fields):
+    """{step: (loss, 'loss' weighted scalar, its weight)} of the step lines
+    logged by a 4-step run (the regression's only weighted scalar is its
+    mean squared error, weighted by the batch's 8 examples)."""
+    line = re.compile(r'step (\d+)/4 loss (\S+?),?(?: .*)?$')
+    scalar = re.compile(r'\bloss=(\S+) \(weight=(\S+)\)')
+    with self.assertLogs('absl', level='INFO') as logs:
+      _train_4_steps(**train_fields)
+    logged = {}
+    for message in logs.output:
+      m = line.search(message)
+      if m:
+        pair = scalar.search(message)
+        logged[int(m.group(1))] = (float(m.group(2)),) + (
+            tuple(map(float, pair.groups())) if pair else ())
+    return logged
 
-    def logged_steps(every):
-      with self.assertLogs('absl', level='INFO') as logs:
-        _train_4_steps(summary_interval_steps=4,
-                       log_train_output_interval_steps=every)
-      return [int(m.group(1)) for m in map(
-          re.compile(r'step (\d+)/4 loss \d+\.\d{5}').search, logs.output)
-              if m]
-
-    self.assertEqual(logged_steps(None), [4])  # The summary step.
-    self.assertEqual(logged_steps(1), [1, 2, 3, 4])
-    self.assertEqual(logged_steps(2), [2, 4])
+  def test_log_train_output_interval_steps_logs_loss_and_weighted_scalars(
+      self):
+    self.assertEqual(list(self._logged(summary_interval_steps=4)), [4])
+    every_step = self._logged(summary_interval_steps=4,
+                              log_train_output_interval_steps=1)
+    self.assertEqual(list(every_step), [1, 2, 3, 4])
+    for step in (1, 2, 3):  # Not summary steps: the full step ran anyway.
+      loss, mse, weight = every_step[step]
+      self.assertAlmostEqual(mse, loss, places=4)
+      self.assertEqual(weight, 8.0)
+    self.assertEqual(list(self._logged(summary_interval_steps=4,
+                                       log_train_output_interval_steps=2)),
+                     [2, 4])
+    # The same losses as a run that writes summaries at every step.
+    summaries = {}
+    with self.assertLogs('absl', level='INFO') as logs:
+      _train_4_steps(summary_interval_steps=1)
+    for message in logs.output:
+      m = re.search(r'Summaries at step (\d+): loss=(\S+?),', message)
+      if m:
+        summaries[int(m.group(1))] = float(m.group(2))
+    for step in (1, 2, 3):
+      self.assertAlmostEqual(every_step[step][0], summaries[step], places=4)
 
 
 class RunProgramsTest(absltest.TestCase):
