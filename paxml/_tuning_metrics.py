@@ -1,7 +1,8 @@
 """The metrics a trial reports to its tuner, under Pax's names.
 
-A training run calls `should_early_stop` after its steps, evaluations and
-decodes; it gathers what was measured into one flat dict whose keys are the
+A training run calls `should_early_stop` after each step (and its
+evaluations and decodes, if any: `run_eval_programs`,
+`run_decode_programs`); it gathers what was measured into one flat dict whose keys are the
 names that `automl.Metric` matches (`train/<name>`,
 `eval_test_<input>/metrics/<name>`, `decode_test_<input>/<name>`,
 `train_steps_per_sec`, ...) and hands it to the trial's early-stopping
@@ -11,6 +12,7 @@ function, whose answer says whether the run stops.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, NamedTuple, Sequence
 
 from absl import logging
@@ -37,6 +39,44 @@ class DecodeMetrics(NamedTuple):
   seqio_metrics_list: Sequence[dict[str, float] | None] | None = None
   steps_per_sec: float | None = None
   input_names: Sequence[str] | None = None
+
+
+def run_eval_programs(eval_programs: Sequence[Any], train_state: Any,
+                      step: int) -> EvalMetrics:
+  """Runs each eval program on `train_state` at `step`; their metrics, with
+  the evaluated batches per second."""
+  start = time.time()
+  outs = [program.run(train_state, step) for program in eval_programs]
+  elapsed = max(time.time() - start, 1e-9)
+  return EvalMetrics(
+      metrics_list=[o.eval_metrics for o in outs],
+      scoring_metrics_list=[o.eval_scoring_metrics for o in outs],
+      steps_per_sec=sum(o.num_eval_steps for o in outs) / elapsed,
+      input_names=[p.eval_input.name for p in eval_programs])
+
+
+def run_decode_programs(decode_programs: Sequence[Any], train_state: Any,
+                        step: int) -> DecodeMetrics:
+  """Runs each decode program on `train_state` at `step`; their metrics,
+  with the decoded batches per second."""
+  start = time.time()
+  outs = [program.run(train_state, step) for program in decode_programs]
+  elapsed = max(time.time() - start, 1e-9)
+  return DecodeMetrics(
+      metrics_list=[o.decode_metrics for o in outs],
+      processed_metrics_list=[o.processed_decode_metrics for o in outs],
+      seqio_metrics_list=[o.seqio_metrics for o in outs],
+      steps_per_sec=sum(o.num_decode_steps for o in outs) / elapsed,
+      input_names=[p.decode_input.name for p in decode_programs])
+
+
+def aggregates_train_metrics(is_last: bool, evaluates: bool,
+                             decodes: bool) -> bool:
+  """Whether `should_early_stop` turns the train metrics of a step into
+  floats (the last step, a step with an eval or a decode, or every step
+  under PAXML_EARLY_STOP_ALWAYS_AGGREGATE_TRAIN_METRICS=true)."""
+  return (is_last or evaluates or decodes
+          or os.getenv(_ALWAYS_AGGREGATE_ENV, '') == 'true')
 
 
 def _per_input(names: Sequence[str] | None,
@@ -119,8 +159,8 @@ def should_early_stop(
       has_eval_metrics=bool(eval_metrics),
       has_decode_metrics=bool(decode_metrics))
   train_metrics = None
-  aggregate_now = (is_last_ckpt or mode.has_eval or mode.has_decode or
-                   os.getenv(_ALWAYS_AGGREGATE_ENV, '') == 'true')
+  aggregate_now = aggregates_train_metrics(is_last_ckpt, mode.has_eval,
+                                           mode.has_decode)
   if train_weighted_scalars is not None and aggregate_now:
     scalars = py_utils.maybe_unreplicate_for_fully_replicated(
         train_weighted_scalars)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import pathlib
 import time
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 from absl import logging
 import jax
 from paxml import _startup_gc
+from paxml import _tuning_metrics
 from paxml import checkpoints
 from paxml import decode_programs as decode_programs_lib
 from paxml import executors
@@ -29,61 +30,32 @@ CheckpointType = checkpoints.CheckpointType
 RunningMode = train.RunningMode
 
 
-class _EvalMetrics(NamedTuple):
-  """Pax's `tuning_lib.EvalMetrics`: one entry per eval program."""
-
-  metrics_list: Sequence[dict[str, float] | None] | None = None
-  scoring_metrics_list: Sequence[dict[str, float] | None] | None = None
-  steps_per_sec: float | None = None
-  input_names: Sequence[str] | None = None
-
-
-class _DecodeMetrics(NamedTuple):
-  """Pax's `tuning_lib.DecodeMetrics`: one entry per decode program."""
-
-  metrics_list: Sequence[dict[str, float] | None] | None = None
-  processed_metrics_list: Sequence[dict[str, float] | None] | None = None
-  seqio_metrics_list: Sequence[dict[str, float] | None] | None = None
-  steps_per_sec: float | None = None
-  input_names: Sequence[str] | None = None
-
-
 def run_eval_programs(*, eval_programs: Sequence[programs.BaseEvalProgram],
-                      train_state: Any, step: int) -> tuple[_EvalMetrics,
-                                                            float]:
+                      train_state: Any,
+                      step: int) -> tuple[_tuning_metrics.EvalMetrics, float]:
   """Runs each eval program on `train_state` at `step`.
 
   Returns:
     (their metrics, with evaluated batches per second; the seconds taken).
   """
   start = time.time()
-  outs = [program.run(train_state, step) for program in eval_programs]
-  elapsed = time.time() - start
-  return _EvalMetrics(
-      metrics_list=[o.eval_metrics for o in outs],
-      scoring_metrics_list=[o.eval_scoring_metrics for o in outs],
-      steps_per_sec=sum(o.num_eval_steps for o in outs) / max(elapsed, 1e-9),
-      input_names=[p.eval_input.name for p in eval_programs]), elapsed
+  metrics = _tuning_metrics.run_eval_programs(eval_programs, train_state, step)
+  return metrics, time.time() - start
 
 
 def run_decode_programs(
     *, decode_programs: Sequence[decode_programs_lib.SingleTaskDecodeProgram],
-    train_state: Any, step: int) -> tuple[_DecodeMetrics, float]:
+    train_state: Any,
+    step: int) -> tuple[_tuning_metrics.DecodeMetrics, float]:
   """Runs each decode program on `train_state` at `step`.
 
   Returns:
     (their metrics, with decoded batches per second; the seconds taken).
   """
   start = time.time()
-  outs = [program.run(train_state, step) for program in decode_programs]
-  elapsed = time.time() - start
-  return _DecodeMetrics(
-      metrics_list=[o.decode_metrics for o in outs],
-      processed_metrics_list=[o.processed_decode_metrics for o in outs],
-      seqio_metrics_list=[o.seqio_metrics for o in outs],
-      steps_per_sec=sum(o.num_decode_steps for o in outs) / max(elapsed,
-                                                                  1e-9),
-      input_names=[p.decode_input.name for p in decode_programs]), elapsed
+  metrics = _tuning_metrics.run_decode_programs(decode_programs, train_state,
+                                                step)
+  return metrics, time.time() - start
 
 
 def _job_keys(task: Any, decode_job: bool) -> tuple[jax.Array, jax.Array]:

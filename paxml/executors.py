@@ -22,11 +22,13 @@ from etils import epath
 import jax
 from paxml import _config_checks
 from paxml import _nonfinite_guard
+from paxml import _tuning_metrics
 from paxml import base_executor
 from paxml import checkpoints
 from paxml import train_states
 from paxml import trainer_lib
 from praxis import base_hyperparams
+from praxis import py_utils
 
 instantiate = base_hyperparams.instantiate
 RunningMode = trainer_lib.RunningMode
@@ -102,6 +104,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
     self._state = None
     self._step = 0
     self._early_stopping_fn = None
+    self._num_params = None
     self._job_log_dir = None
     self._guard = None
     self.start_step = 0
@@ -127,9 +130,10 @@ class DefaultExecutor(base_executor.BaseExecutor):
       train_program: A `BaseTrainProgram`, not set up yet.
       eval_programs: `BaseEvalProgram`s, not set up yet.
       decode_programs: `SingleTaskDecodeProgram`s, not set up yet.
-      early_stopping_fn: Called after each round of eval/decode as Pax does,
-        `fn(metrics, running_mode, step, is_last_ckpt, checkpoint_path)`;
-        True stops training (the step is saved).
+      early_stopping_fn: Called after each step as Pax does,
+        `fn(metrics, running_mode, step, is_last_ckpt, checkpoint_path)`
+        (`_tuning_metrics.should_early_stop`: Pax's metric names); True
+        stops training (the step is saved).
       exit_after_ondemand_checkpoint: Unused.
       enable_summary_writer: Write TensorBoard summaries.
       restore_checkpoint_step: The step to restore (default: the latest).
@@ -148,6 +152,18 @@ class DefaultExecutor(base_executor.BaseExecutor):
     abstract_state = abstract_train_state(partitioner)
     restored = self._maybe_restore(restore_checkpoint_step, abstract_state,
                                    partitioner)
+    if early_stopping_fn is not None:
+      # The tuner reads the train metrics where Pax aggregates them.
+      train_program.keep_outputs_at(
+          lambda step: _tuning_metrics.aggregates_train_metrics(
+              step == train_program.num_train_steps,
+              bool(eval_programs) and self._due(
+                  jax_task.train.eval_interval_steps, step,
+                  last=train_program.num_train_steps),
+              bool(decode_programs) and self._due(
+                  jax_task.train.decode_interval_steps, step,
+                  jax_task.train.decode_start_after_n_steps,
+                  last=train_program.num_train_steps)))
     # The first step compiles on another thread while the state is made.
     train_program.compile_ahead(
         jax_task, self._train_input, partitioner, abstract_state,
@@ -290,33 +306,43 @@ class DefaultExecutor(base_executor.BaseExecutor):
       if compile_ahead is not None:
         compile_ahead(state)
 
-  def _due(self, interval: int | None, step: int, start: int = 0) -> bool:
-    last = step == self._train_program.num_train_steps
-    return bool(interval) and step >= start and (step % interval == 0 or last)
+  def _due(self, interval: int | None, step: int, start: int = 0,
+           last: int | None = None) -> bool:
+    if last is None:
+      last = self._train_program.num_train_steps
+    return bool(interval) and step >= start and (
+        step % interval == 0 or step == last)
 
-  def _should_stop_early(self, step: int, evals: list[Any],
-                         decodes: list[Any]) -> bool:
-    """Asks the early_stopping_fn, with Pax's metric names."""
-    if self._early_stopping_fn is None or not (evals or decodes):
+  def _should_stop_early(self, step: int, out: Any,
+                         evals: _tuning_metrics.EvalMetrics | None,
+                         decodes: _tuning_metrics.DecodeMetrics | None) -> bool:
+    """Reports the step to the early_stopping_fn as Pax does (after every
+    step, with Pax's metric names); True: stop training."""
+    if self._early_stopping_fn is None:
       return False
-    metrics = {}
-    for program, out in evals:
-      for key, value in (getattr(out, 'eval_metrics', None) or {}).items():
-        metrics[f'eval_test_{program._name}/metrics/{key}'] = float(value)  # pylint: disable=protected-access
-    for program, out in decodes:
-      for key, value in (getattr(out, 'decode_metrics', None) or {}).items():
-        metrics[f'decode_test_{program._name}/{key}'] = float(value)  # pylint: disable=protected-access
-    mode = RunningMode.detect(has_train_metrics=True,
-                              has_eval_metrics=bool(evals),
-                              has_decode_metrics=bool(decodes))
-    last = step >= self._train_program.num_train_steps
-    path = pathlib.Path(self._job_log_dir) / 'checkpoints'
-    return bool(self._early_stopping_fn(metrics, mode, step, last, path))
+    train_p = self._task.train
+    if self._num_params is None:
+      self._num_params = float(py_utils.total_num_vars(self._state.mdl_vars))
+    is_last = _tuning_metrics.is_last_checkpoint(
+        RunningMode.detect(has_train_metrics=True,
+                           has_eval_metrics=bool(evals),
+                           has_decode_metrics=bool(decodes)),
+        step, self._train_program.num_train_steps,
+        train_p.eval_interval_steps, train_p.decode_interval_steps or 0,
+        train_p.save_interval_steps,
+        train_to_end=getattr(self._early_stopping_fn, 'train_to_end', False))
+    return bool(_tuning_metrics.should_early_stop(
+        self._early_stopping_fn, step, is_last,
+        train_weighted_scalars=out.weighted_scalars,
+        eval_train_metrics=out.eval_train_metrics, eval_metrics=evals,
+        decode_metrics=decodes, num_params=self._num_params,
+        train_steps_per_sec=out.steps_per_sec,
+        checkpoint_path=pathlib.Path(self._job_log_dir) / 'checkpoints'))
 
-  def _note_eval_metrics(self, evals: list[Any]) -> None:
-    for program, out in evals:
-      for key, value in (getattr(out, 'eval_metrics', None) or {}).items():
-        self.final_eval_metrics[f'{program._name}/{key}'] = float(value)  # pylint: disable=protected-access
+  def _note_eval_metrics(self, evals: _tuning_metrics.EvalMetrics) -> None:
+    for name, metrics in zip(evals.input_names, evals.metrics_list):
+      for key, value in (metrics or {}).items():
+        self.final_eval_metrics[f'{name}/{key}'] = float(value)
 
   @property
   def step(self) -> int:
@@ -344,16 +370,19 @@ class DefaultExecutor(base_executor.BaseExecutor):
       gc_interval = getattr(train_p, 'gc_interval_steps', 0)
       if gc_interval and step % gc_interval == 0:
         _collect_garbage()
-      evals, decodes = [], []
-      if self._due(train_p.eval_interval_steps, step):
-        evals = [(p, p.run(state, step)) for p in self._eval_programs]
+      evals = decodes = None
+      if self._eval_programs and self._due(train_p.eval_interval_steps, step):
+        evals = _tuning_metrics.run_eval_programs(self._eval_programs, state,
+                                                  step)
         self._note_eval_metrics(evals)
         if gc_interval:
           _collect_garbage()
-      if self._due(train_p.decode_interval_steps, step,
-                   train_p.decode_start_after_n_steps):
-        decodes = [(p, p.run(state, step)) for p in self._decode_programs]
-      if self._should_stop_early(step, evals, decodes):
+      if self._decode_programs and self._due(
+          train_p.decode_interval_steps, step,
+          train_p.decode_start_after_n_steps):
+        decodes = _tuning_metrics.run_decode_programs(self._decode_programs,
+                                                      state, step)
+      if self._should_stop_early(step, out, evals, decodes):
         logging.info('Training loop is early stopped at step %d (of %d) by '
                      'the early_stopping_fn.', step,
                      self._train_program.num_train_steps)

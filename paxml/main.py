@@ -371,7 +371,7 @@ def run_experiment(experiment_config: Any, work_unit: Any = None,
     experiment_config: A BaseExperiment instance, or ExperimentConfigs.
     work_unit: Unused (Pax reports status to an XManager work unit).
     job_log_dir: Where the run writes (default: --job_log_dir).
-    early_stopping_fn: Called by training after each eval/decode (a tuning
+    early_stopping_fn: Called by training after each step (a tuning
       trial's `tuning_lib.EarlyStoppingFn`); True stops it. Eval and decode
       jobs do not call it.
     enable_checkpoint_saving: Write checkpoints.

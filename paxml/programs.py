@@ -92,13 +92,15 @@ class TrainProgramOutput(ProgramOutput):
     loss: The step's mean loss (a device scalar).
     weighted_scalars: The model's metrics.
     new_train_step: The step count after it.
-    steps_per_sec: Measured at summary steps, else None.
+    steps_per_sec: Steps/sec since the last measure, at multiples of
+      `train.compute_steps_per_sec_interval_steps` (Pax's), else None.
     eval_train_metrics: Metrics of the eval on the training batch, if run.
     per_example_out: The model's per-example outputs, on summary steps of a
       program built with `keep_per_example_out` (else None).
 
-  `weighted_scalars` are None on steps that write (or accumulate) no
-  summaries: those run a compiled step that returns the loss only.
+  `weighted_scalars` are None on steps that write, accumulate or log no
+  summaries, unless `keep_outputs_at` names them: those run a compiled step
+  that returns the loss only.
   """
 
   loss: Any
@@ -272,6 +274,18 @@ class BaseTrainProgram(Program):
     self._profiler = None
     self._last_run_time = None
     self._first_loss = None  # Until it is ready (`_startup_gc.settle`).
+    self._outputs_wanted = lambda step: False
+    self._rate_mark = None  # (time, step) of the last steps/sec measured.
+
+  def keep_outputs_at(self, wanted: Callable[[int], bool]) -> None:
+    """Also computes the full outputs of the steps done at `wanted(step)`.
+
+    Steps that write or accumulate no summaries run a variant that returns
+    the loss only; a caller that reads the outputs' weighted scalars at
+    other steps (the executor, for a tuner's `train/...` metrics) names
+    them here, before the first step.
+    """
+    self._outputs_wanted = wanted
 
   def register_first_result_callback_fn(
       self, train_first_result_callback_fn: Callable[[bool], None]) -> None:
@@ -365,11 +379,13 @@ class BaseTrainProgram(Program):
     return bool(every) and step % every == 0
 
   def _kept_outputs(self, step: int) -> tuple[bool, bool, bool]:
-    """(summaries written, outputs accumulated, outputs logged) once `step`
-    is done; any of them needs the full variant of the step."""
+    """(summaries written, outputs accumulated, outputs logged or read by
+    the caller) once `step` is done; any of them needs the full variant of
+    the step."""
     done = step + 1
     return (bool(trainer_lib.is_summary_step(self._task.train, done)),
-            self._accumulator.due(done), self._logs_outputs(done))
+            self._accumulator.due(done),
+            self._logs_outputs(done) or self._outputs_wanted(done))
 
   def compile_ahead(self, task: Any, train_input: Any, partitioner: Any,
                     abstract_state: Any, prng_key: Any, step: int) -> None:
@@ -409,6 +425,8 @@ class BaseTrainProgram(Program):
     nothing here waits for the devices except at summary steps.
     """
     train_p = self._task.train
+    if self._rate_mark is None:  # Steps/sec are measured from here.
+      self._rate_mark = (time.time(), step)
     if self._profiler is not None:
       self._maybe_profile(step - self._initial_step)
     batch = self._train_input.get_next_padded()
@@ -417,8 +435,8 @@ class BaseTrainProgram(Program):
     self._progress.count(batch)
     inputs = self._partitioner.preprocess_inputs(
         self._train_input, batch, self.train_input_partition_spec(batch))
-    write, accumulate, log = self._kept_outputs(step)
-    full = write or accumulate or log
+    write, accumulate, read = self._kept_outputs(step)
+    full = write or accumulate or read
     self._in_flight.make_room()
     new_step, state, outputs = self.train_step(
         step, state, self._train_prng_seed, inputs, self._static_args[full])
@@ -435,11 +453,11 @@ class BaseTrainProgram(Program):
       _startup_gc.settle()  # Not beside the first step: after it.
     if accumulate:
       self._accumulator.add(new_step, outputs)
-    steps_per_sec = None
     if write:
-      steps_per_sec = self._report(new_step, outputs)
-    elif log:  # Waits for this step's outputs.
+      self._report(new_step, outputs)
+    elif self._logs_outputs(new_step):  # Waits for this step's outputs.
       self._log_outputs(new_step, outputs)
+    steps_per_sec = self._steps_per_sec(new_step)
     eval_metrics = None
     if self._should_eval_train(new_step):
       eval_metrics = self._eval_train(state, new_step, inputs,
@@ -508,6 +526,19 @@ class BaseTrainProgram(Program):
     summary_utils.write_summary_entry(self._eval_writer, step,
                                       float(loss), scalars, {})
     return {k: v for k, (v, _) in scalars.items()}
+
+  def _steps_per_sec(self, step: int) -> float | None:
+    """Steps/sec since the last measure, at multiples of
+    `train.compute_steps_per_sec_interval_steps` (else None), as Pax
+    measures them: host time between dispatches, no wait for the devices."""
+    every = getattr(self._task.train, 'compute_steps_per_sec_interval_steps',
+                    None)
+    if not every or step % every:
+      return None
+    start, first = self._rate_mark
+    now = time.time()
+    self._rate_mark = (now, step)
+    return (step - first) / max(now - start, 1e-9)
 
   def _log_outputs(self, step: int, outputs: StepFnOutput) -> None:
     """Logs the loss and weighted scalars of a step that writes no

@@ -264,8 +264,9 @@ def train_and_evaluate(
     maybe_use_persistence_checkpointing: Ignored.
     eval_on_test: Run the eval programs during training.
     checkpoint_todelete_subdir: Ignored.
-    early_stopping_fn: Called after each round of eval/decode with Pax's
-      metrics (`eval_test_<input>/metrics/<name>`, ...); True stops training.
+    early_stopping_fn: Called after each step with Pax's metrics
+      (`train/<name>`, `eval_test_<input>/metrics/<name>`, ...); True stops
+      training.
     run_decode: Run the decode programs during training.
     enable_auto_sharding: Ignored.
     enable_async_checkpointing: Ignored (saves are asynchronous).

@@ -68,6 +68,37 @@ class PaxSignaturesTest(absltest.TestCase):
     self.assertEqual((has_eval, step, is_last, path),
                      (True, 3, False, 'checkpoints'))
 
+  def test_early_stopping_fn_gets_every_step_and_train_metrics_as_pax(self):
+    # No eval and no decode: Pax calls the function after every step, with
+    # the train metrics at the last one (a reward on `train/...` metrics
+    # completes its trial there) and steps/sec at multiples of
+    # compute_steps_per_sec_interval_steps.
+    seen = {}
+
+    def record(metrics, running_mode, step, is_last, path):
+      seen[step] = (dict(metrics), running_mode.has_train, is_last, path.name)
+      return False
+
+    with self.assertLogs('absl', level='INFO') as logs:
+      _train_4_steps(summary_interval_steps=4,
+                     compute_steps_per_sec_interval_steps=2,
+                     early_stopping_fn=record)
+    self.assertEqual(sorted(seen), [1, 2, 3, 4])
+    for step in (1, 3):
+      self.assertEqual(seen[step], ({'num_params': 8.0}, False, False,
+                                    'checkpoints'))  # proj.w: 4 x 2.
+    self.assertEqual(seen[2][0].keys(), {'num_params', 'train_steps_per_sec'})
+    self.assertTrue(seen[2][1])
+    metrics, has_train, is_last, _ = seen[4]
+    self.assertEqual(metrics.keys(), {'num_params', 'train_steps_per_sec',
+                                      'train/loss'})
+    self.assertTrue(has_train and is_last)
+    self.assertGreater(metrics['train_steps_per_sec'], 0.0)
+    summary = [re.search(r'Summaries at step 4: loss=(\S+?),', m)
+               for m in logs.output]
+    loss = float(next(m for m in summary if m).group(1))
+    self.assertAlmostEqual(metrics['train/loss'], loss, places=4)
+
   def test_class_vars_file_groups_by_class(self):
     job_dir = pathlib.Path(tempfile.mkdtemp())
     train.write_experiment_class_vars_file(ShortRegression, job_dir, 'x_')
@@ -121,7 +152,7 @@ class WarmStartTest(absltest.TestCase):
     self.assertGreater(moved.max(), 0.0)
 
 
-def _train_4_steps(**train_fields):
+def _train_4_steps(early_stopping_fn=None, **train_fields):
   """Trains ShortRegression (no eval, decode or checkpoints) in a new job
   directory, with `train_fields` set on its `task.train`."""
 
@@ -137,7 +168,7 @@ def _train_4_steps(**train_fields):
 
   return train.train_and_evaluate(
       Experiment(), pathlib.Path(tempfile.mkdtemp()), run_decode=False,
-      enable_checkpoint_saving=False)
+      enable_checkpoint_saving=False, early_stopping_fn=early_stopping_fn)
 
 
 class GarbageCollectionTest(absltest.TestCase):

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -341,11 +342,11 @@ class TuneTest(absltest.TestCase):
 class StudyCommandTest(absltest.TestCase):
   """`python -m paxml.main` on an experiment with a search space."""
 
-  def _run(self, job_dir, num_trials):
+  def _run(self, job_dir, num_trials, exp='RegressionTuning', *flags):
     cmd = [sys.executable, '-m', 'paxml.main',
-           '--exp=tasks.test.tuning.RegressionTuning',
+           f'--exp=tasks.test.tuning.{exp}',
            f'--job_log_dir={job_dir}', '--study=local_cli',
-           f'--num_trials={num_trials}']
+           f'--num_trials={num_trials}', *flags]
     env = dict(os.environ, JAX_PLATFORMS='cpu')
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_ROOT,
                           env=env, timeout=600, check=False)
@@ -381,6 +382,21 @@ class StudyCommandTest(absltest.TestCase):
         rows[best]['reward'],
         -rows[best]['metrics']['eval_test_test/metrics/loss'])
     self.assertIn('<- best', proc.stdout)
+
+  def test_a_reward_on_the_train_loss_completes_each_trial(self):
+    job_dir = _tmp(self)
+    proc = self._run(job_dir, 2, 'RegressionTrainLossTuning',
+                     '--metrics_from=train')
+    summary = json.loads((job_dir / 'local_cli_summary.json').read_text())
+    self.assertEqual([r['status'] for r in summary['trials']],
+                     ['completed'] * 2)
+    # Each reward is the negated loss of the trial's last step, as its
+    # summary of step 20 logged it.
+    losses = [float(x) for x in re.findall(
+        r'Summaries at step 20: loss=([^,]+),', proc.stderr)]
+    self.assertLen(losses, 2)
+    for row, loss in zip(summary['trials'], losses):
+      self.assertAlmostEqual(row['reward'], -loss, places=4)
 
   def test_reporting_role(self):
     self.assertTrue(_study_main.reporting_role('eval', 'eval', False, False))

@@ -37,3 +37,21 @@ class RegressionTuning(regression.RegressionExperiment):
             automl.SingleObjective, metric=automl.Metric.eval('loss'),
             goal='minimize'),
         max_num_trials=6)
+
+
+@experiment_registry.register
+class RegressionTrainLossTuning(RegressionTuning):
+  """RegressionTuning scored on the training loss at the last step (no eval:
+  run it with `--metrics_from=train`)."""
+
+  def task(self):
+    task_p = super().task()
+    task_p.train.eval_interval_steps = 0
+    return task_p
+
+  def search(self):
+    search_p = super().search()
+    search_p.search_reward = pax_fiddle.Config(
+        automl.SingleObjective, metric=automl.Metric.train('loss'),
+        goal='minimize')
+    return search_p
