@@ -73,8 +73,13 @@ def _job_keys(task: Any, decode_job: bool) -> tuple[jax.Array, jax.Array]:
 def _follow_checkpoints(configs: train.ExperimentConfigs,
                         options: executors.RunOptions, once: bool,
                         make_programs: Callable[..., list[Any]],
-                        prefix: str) -> None:
-  """Runs the programs on each new checkpoint until the last train step."""
+                        prefix: str, early_stopping_fn: Any = None) -> None:
+  """Runs the programs on each new checkpoint until the last train step.
+
+  After each checkpoint, `early_stopping_fn` (if any) gets its eval and
+  decode metrics (`_tuning_metrics.should_early_stop`, as Pax's eval and
+  decode jobs); True stops following.
+  """
   job_log_dir = pathlib.Path(options.job_log_dir)
   job_log_dir.mkdir(parents=True, exist_ok=True)
   train.write_hparams_file(configs, job_log_dir, filename_prefix=prefix)
@@ -126,18 +131,28 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
       logging.warning('Skipping the checkpoint of step %d: %s', step, e)
       damaged.add(step)
       continue
-    metrics, _ = run_eval_programs(eval_programs=[
-        p for p in progs if isinstance(p, programs.BaseEvalProgram)],
-                                   train_state=state, step=step)
-    run_decode_programs(decode_programs=[
-        p for p in progs
-        if isinstance(p, decode_programs_lib.SingleTaskDecodeProgram)],
-                        train_state=state, step=step)
+    evals = [p for p in progs if isinstance(p, programs.BaseEvalProgram)]
+    decodes = [p for p in progs
+               if isinstance(p, decode_programs_lib.SingleTaskDecodeProgram)]
+    metrics = decode_metrics = None
+    if evals:
+      metrics, _ = run_eval_programs(eval_programs=evals, train_state=state,
+                                     step=step)
+    if decodes:
+      decode_metrics, _ = run_decode_programs(decode_programs=decodes,
+                                              train_state=state, step=step)
     _startup_gc.settle('the first pass done')  # No-op after the first.
     done = step
     wait_start, last_wait_log = time.monotonic(), None
-    if once or options.restore_checkpoint_step or (
-        step >= int(task.train.num_train_steps)):
+    last = bool(once or options.restore_checkpoint_step or (
+        step >= int(task.train.num_train_steps)))
+    if _tuning_metrics.should_early_stop(
+        early_stopping_fn, step, last, eval_metrics=metrics,
+        decode_metrics=decode_metrics, checkpoint_path=ckpt_dir):
+      logging.info('Stopped at the checkpoint of step %d by the '
+                   'early_stopping_fn.', step)
+      break
+    if last:
       break
   for program in progs:
     program.shutdown()
@@ -194,21 +209,21 @@ def evaluate(
     maybe_use_persistence_checkpointing: Ignored.
     restore_checkpoint_dir: Checkpoints to read (default: the job's).
     restore_checkpoint_step: Evaluate this step only.
-    early_stopping_fn: Ignored.
+    early_stopping_fn: Called after each checkpoint's eval with its metrics
+      (a tuning trial's), as Pax; True stops the job.
     enable_auto_sharding: Ignored.
     enforce_restore_shape_check: Ignored (shapes are always checked).
     tensorstore_use_ocdbt: Ignored.
     enable_summary_writer: Write TensorBoard summaries.
   """
-  del (maybe_use_persistence_checkpointing, early_stopping_fn,
-       enable_auto_sharding, enforce_restore_shape_check,
-       tensorstore_use_ocdbt)
+  del (maybe_use_persistence_checkpointing, enable_auto_sharding,
+       enforce_restore_shape_check, tensorstore_use_ocdbt)
   options = _options(
       job_log_dir, 'eval', restore_checkpoint_dir=restore_checkpoint_dir,
       restore_checkpoint_step=restore_checkpoint_step,
       enable_summary_writer=enable_summary_writer)
   _follow_checkpoints(train.as_experiment_configs(experiment_config), options,
-                      False, _eval_programs, 'eval_')
+                      False, _eval_programs, 'eval_', early_stopping_fn)
 
 
 def decode(
@@ -240,7 +255,8 @@ def decode(
     restore_checkpoint_step: Decode this step only.
     continuous_decode: Follow new checkpoints (else decode the latest once).
     run_eval: Also run the eval programs.
-    early_stopping_fn: Ignored.
+    early_stopping_fn: Called after each checkpoint's decode (and eval)
+      with its metrics (a tuning trial's), as Pax; True stops the job.
     enable_auto_sharding: Ignored.
     output_pickle: Also write the outputs' `.pickle` beside the `.jsonl`.
     enforce_restore_shape_check: Ignored (shapes are always checked).
@@ -248,9 +264,8 @@ def decode(
     enable_summary_writer: Write TensorBoard summaries.
     once: Decode the latest checkpoint once (overrides continuous_decode).
   """
-  del (maybe_use_persistence_checkpointing, early_stopping_fn,
-       enable_auto_sharding, enforce_restore_shape_check,
-       tensorstore_use_ocdbt)
+  del (maybe_use_persistence_checkpointing, enable_auto_sharding,
+       enforce_restore_shape_check, tensorstore_use_ocdbt)
   options = _options(
       job_log_dir, 'decode', restore_checkpoint_dir=restore_checkpoint_dir,
       restore_checkpoint_step=restore_checkpoint_step,
@@ -260,7 +275,7 @@ def decode(
   once = (not continuous_decode) if once is None else once
   make = lambda c: _decode_programs(c, options.eval_during_decode)
   _follow_checkpoints(train.as_experiment_configs(experiment_config), options,
-                      once, make, 'decode_')
+                      once, make, 'decode_', early_stopping_fn)
 
 
 # Names Pax 1.4's module also has (aliases of other modules' names).

@@ -47,6 +47,34 @@ class EvalRestoreTest(absltest.TestCase):
     self.assertNotEmpty(seen[0].mdl_vars['params'])
 
 
+class EarlyStoppingTest(absltest.TestCase):
+
+  def test_eval_job_hands_each_checkpoints_metrics_to_early_stopping_fn(self):
+    job_dir = pathlib.Path(tempfile.mkdtemp())
+    train.train_and_evaluate(ShortRegression(), job_dir, eval_on_test=False)
+    seen = []
+
+    def record(metrics, running_mode, step, is_last, path):
+      seen.append((dict(metrics), running_mode, step, is_last, path))
+      return True
+
+    with self.assertLogs('absl', level='INFO') as logs:
+      eval_lib.evaluate(ShortRegression(), job_dir, early_stopping_fn=record,
+                        enable_summary_writer=False)
+    self.assertLen(seen, 1)
+    metrics, mode, step, is_last, path = seen[0]
+    self.assertEqual((step, is_last, path), (2, True, job_dir / 'checkpoints'))
+    self.assertTrue(mode.has_eval)
+    self.assertFalse(mode.has_train or mode.has_decode)
+    self.assertEqual(metrics.keys(), {'eval_test_test/metrics/loss',
+                                      'eval_steps_per_sec'})
+    # The loss the job logs at its end.
+    finished = [m for m in logs.output if 'Eval job finished at step 2' in m]
+    self.assertLen(finished, 1)
+    self.assertIn(f"test/loss={metrics['eval_test_test/metrics/loss']:.6g}",
+                  finished[0])
+
+
 class JobKeysTest(absltest.TestCase):
 
   def test_keys_from_the_jobs_own_seed_decode_key_first(self):

@@ -371,9 +371,9 @@ def run_experiment(experiment_config: Any, work_unit: Any = None,
     experiment_config: A BaseExperiment instance, or ExperimentConfigs.
     work_unit: Unused (Pax reports status to an XManager work unit).
     job_log_dir: Where the run writes (default: --job_log_dir).
-    early_stopping_fn: Called by training after each step (a tuning
-      trial's `tuning_lib.EarlyStoppingFn`); True stops it. Eval and decode
-      jobs do not call it.
+    early_stopping_fn: Called by training after each step, and by eval and
+      decode jobs after each checkpoint (a tuning trial's
+      `tuning_lib.EarlyStoppingFn`); True stops the job.
     enable_checkpoint_saving: Write checkpoints.
   """
   del work_unit
@@ -472,9 +472,10 @@ def _run_mode(configs: train.ExperimentConfigs,
     train.train_and_evaluate(configs, options,
                              early_stopping_fn=early_stopping_fn)
   elif options.mode == 'eval':
-    eval_lib.evaluate(configs, options)
+    eval_lib.evaluate(configs, options, early_stopping_fn=early_stopping_fn)
   else:
-    eval_lib.decode(configs, options, once=options.mode == 'decode_once')
+    eval_lib.decode(configs, options, once=options.mode == 'decode_once',
+                    early_stopping_fn=early_stopping_fn)
 
 
 def _exit_with_error(error: Exception) -> None:
