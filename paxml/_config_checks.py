@@ -12,12 +12,13 @@ import dataclasses
 import re
 import types
 import typing
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import fiddle as fdl
 import jax.numpy as jnp
 import numpy as np
 from paxml import _zarr_metadata_key
+from praxis import base_hyperparams
 
 _TOKEN = re.compile(r"\.?([A-Za-z_]\w*)|\[(-?\d+)\]|\[('[^']*'|\"[^\"]*\")\]")
 
@@ -211,3 +212,18 @@ def check_external_checkpoint(train: Any) -> None:
         'transformations apply only through '
         'task.train.external_checkpoint_handler). To load some variables '
         'from another checkpoint, use task.train.init_from_checkpoint_rules.')
+
+
+def check_input_names(datasets: Sequence[Any], field: str) -> None:
+  """Refuses two inputs of one kind (eval or decode) with one name, as Pax's
+  `check_unique_names`: the name keys each input's summaries, metrics and
+  output files, which the second would overwrite."""
+  seen = {}
+  for index, dataset in enumerate(datasets):
+    name = getattr(dataset, 'name', None)
+    if name in seen:
+      raise base_hyperparams.ConfigError(
+          f'{field}[{seen[name]}] and {field}[{index}] are both named '
+          f'{name!r}; expected a distinct name for each input (it names its '
+          'summaries directory, metrics and output files).')
+    seen[name] = index

@@ -91,24 +91,35 @@ class BaseExperiment(metaclass=abc.ABCMeta):
   def sub_experiments(self) -> dict[str, type[BaseExperiment]]:
     return {'': self.__class__}
 
+  # The runner's hooks, as in Pax: an experiment that overrides one of them
+  # runs its own programs, partitioner or executor (`paxml.train` and
+  # `paxml.eval_lib` call the overrides only; the defaults below are what
+  # they use otherwise).
+
   def partitioner(self) -> Any:
-    """A custom partitioner config, or None for the default one."""
+    """A partitioner (not set up yet), or None for the default one."""
     return None
 
-  def train_programs(self) -> Any:
-    """Custom train programs, or None for the default one."""
-    return None
+  def train_programs(self) -> list[Any]:
+    """The train programs; the runner runs the first."""
+    from paxml import programs  # pylint: disable=g-import-not-at-top
+    return [programs.SingleTaskTrainProgram()]
 
-  def eval_programs(self) -> Any:
-    """Custom eval programs, or None for one per eval dataset."""
-    return None
+  def eval_programs(self) -> list[Any]:
+    """The eval programs: one per eval dataset."""
+    from paxml import programs  # pylint: disable=g-import-not-at-top
+    return [programs.SingleTaskEvalProgram(input_p)
+            for input_p in self.eval_datasets()]
 
-  def decode_programs(self) -> Any:
-    """Custom decode programs, or None for one per decode dataset."""
-    return None
+  def decode_programs(self) -> list[Any]:
+    """The decode programs: one per decode dataset."""
+    from paxml import decode_programs  # pylint: disable=g-import-not-at-top
+    return [decode_programs.SingleTaskDecodeProgram(input_p)
+            for input_p in self.decode_datasets()]
 
   def executor(self) -> Any:
-    """A custom executor, or None for the default loop."""
+    """An executor (`base_executor.BaseExecutor`), or None for the default
+    `executors.DefaultExecutor`."""
     return None
 
 

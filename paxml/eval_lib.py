@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from absl import logging
 import jax
+from paxml import _config_checks
 from paxml import _startup_gc
 from paxml import _tuning_metrics
 from paxml import checkpoints
@@ -80,6 +81,13 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   decode metrics (`_tuning_metrics.should_early_stop`, as Pax's eval and
   decode jobs); True stops following.
   """
+  decode_job = prefix.startswith('decode')
+  if decode_job and configs.hook('decode_programs') is None:
+    _config_checks.check_input_names(configs.decode_datasets,
+                                     'decode_datasets')
+  if ((not decode_job or options.eval_during_decode)
+      and configs.hook('eval_programs') is None):
+    _config_checks.check_input_names(configs.eval_datasets, 'eval_datasets')
   job_log_dir = pathlib.Path(options.job_log_dir)
   job_log_dir.mkdir(parents=True, exist_ok=True)
   train.write_hparams_file(configs, job_log_dir, filename_prefix=prefix)
@@ -88,7 +96,7 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
   task, partitioner = train.setup_run(configs, options)
   checkpoints.reregister_type_handlers(
       getattr(task.train, 'tensorstore_metadata_key', None))
-  eval_key, decode_key = _job_keys(task, prefix.startswith('decode'))
+  eval_key, decode_key = _job_keys(task, decode_job)
   ckpt_dir = pathlib.Path(options.restore_checkpoint_dir or
                           job_log_dir / 'checkpoints')
   checkpointer = checkpoints.Checkpointer(
@@ -169,12 +177,23 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
 
 
 def _eval_programs(configs):
+  """The experiment's `eval_programs()` if it overrides it (as Pax's eval
+  job), else one per eval dataset of the (edited) configs."""
+  custom = configs.hook('eval_programs')
+  if custom is not None:
+    return list(custom())
   return [programs.SingleTaskEvalProgram(p) for p in configs.eval_datasets]
 
 
 def _decode_programs(configs, with_eval=False):
-  progs = [decode_programs_lib.SingleTaskDecodeProgram(p)
-           for p in configs.decode_datasets]
+  """The experiment's `decode_programs()` if it overrides it (as Pax's
+  decode job), else one per decode dataset; then the eval programs."""
+  custom = configs.hook('decode_programs')
+  if custom is not None:
+    progs = list(custom())
+  else:
+    progs = [decode_programs_lib.SingleTaskDecodeProgram(p)
+             for p in configs.decode_datasets]
   return progs + (_eval_programs(configs) if with_eval else [])
 
 

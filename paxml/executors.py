@@ -25,6 +25,7 @@ from paxml import _nonfinite_guard
 from paxml import _tuning_metrics
 from paxml import base_executor
 from paxml import checkpoints
+from paxml import summary_utils
 from paxml import train_states
 from paxml import trainer_lib
 from praxis import base_hyperparams
@@ -105,6 +106,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
     self._step = 0
     self._early_stopping_fn = None
     self._num_params = None
+    self._provenance = None
     self._job_log_dir = None
     self._guard = None
     self.start_step = 0
@@ -174,6 +176,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
             root_key, restored, checkpoint_type=None))
     if provenance is not None:
       trainer_lib.write_train_provenance_file(provenance, job_log_dir)
+    self._provenance = provenance
     self._step = int(jax.device_get(self._state.step))
     self.start_step = self._step
     self._guard = _nonfinite_guard.NonFiniteGuard(
@@ -288,6 +291,19 @@ class DefaultExecutor(base_executor.BaseExecutor):
       return
     self._checkpointer.save(step, state, self._input_state, force=force)
 
+  def _write_run_summaries(self, state: Any) -> None:
+    """Pax's text summaries at step 0 of a training run: the variables'
+    shapes (`Model`), their provenance, `Total Num Params` and `Global
+    batch size`."""
+    writer = self._train_program.summary_writer
+    summary_utils.write_model_structure(writer, state, False)
+    if self._provenance is not None:
+      summary_utils.write_model_provenance(writer, self._provenance)
+    summary_utils.write_total_num_params(
+        writer, int(py_utils.total_num_vars(state.mdl_vars)))
+    summary_utils.write_global_batch_size(
+        writer, self._train_program.train_unpadded_global_batch_size)
+
   def _compile_programs_ahead(self, state: Any) -> None:
     """After the run's first step: the eval and decode programs that this
     run will run (their interval is set: they run at the last step at
@@ -361,12 +377,14 @@ class DefaultExecutor(base_executor.BaseExecutor):
         logging.warning('Preemption requested: saving step %d and exiting.',
                         step)
         break
+      state = self._train_program.update_state(state, step)
       out = self._train_program.run(state, step)
       self._guard.record(step, out.loss)
       state = out.state
       step += 1
       if step == self.start_step + 1:
         self._compile_programs_ahead(state)
+        self._write_run_summaries(state)  # While the first step runs.
       gc_interval = getattr(train_p, 'gc_interval_steps', 0)
       if gc_interval and step % gc_interval == 0:
         _collect_garbage()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 from absl import logging
 from fiddle.absl_flags import utils as fdl_flag_utils
@@ -71,6 +71,15 @@ class ExperimentConfigs:
   datasets: list[pax_fiddle.Config[Any]]
   decode_datasets: list[pax_fiddle.Config[Any]]
   input_specs_provider: pax_fiddle.Config[Any] | None = None
+  experiment: Any = None
+
+  def hook(self, name: str) -> Callable[[], Any] | None:
+    """The experiment's override of Pax's runner hook `name` (one of
+    `_RUNNER_HOOKS`), or None: the runner then builds its default (for the
+    programs, from these configs, `--fdl_set` edits included)."""
+    if self.experiment is None or not _overrides(self.experiment, name):
+      return None
+    return getattr(self.experiment, name)
 
   @classmethod
   def from_experiment(cls, experiment: Any, name: str) -> ExperimentConfigs:
@@ -86,8 +95,10 @@ class ExperimentConfigs:
       provider = experiment.get_input_specs_provider_params()
     datasets = list(experiment.datasets())
     _share_provider_input(provider, datasets)
+    hooks = any(_overrides(experiment, hook) for hook in _RUNNER_HOOKS)
     return cls(name, experiment.task(), datasets,
-               list(experiment.decode_datasets()), provider)
+               list(experiment.decode_datasets()), provider,
+               experiment if hooks else None)
 
   def apply_overrides(self, assignments: list[str]) -> None:
     """Applies `path=value` assignments (Fiddle's `--fdl_set` syntax)."""
@@ -107,6 +118,27 @@ class ExperimentConfigs:
   @property
   def eval_datasets(self) -> list[pax_fiddle.Config[Any]]:
     return [d for d in self.datasets if not d.is_training]
+
+
+# BaseExperiment's methods that choose the runner's parts, as in Pax.
+_RUNNER_HOOKS = ('partitioner', 'train_programs', 'eval_programs',
+                 'decode_programs', 'executor')
+
+
+def _overrides(experiment: Any, name: str) -> bool:
+  return (getattr(type(experiment), name, None) is not
+          getattr(base_experiment.BaseExperiment, name))
+
+
+def make_partitioner(configs: ExperimentConfigs, task: Any) -> Any:
+  """The experiment's `partitioner()`, if it gives one, else the default
+  partitioner of `task` (as Pax's `create_experiment_or_default_partitioner`
+  without auto-sharding)."""
+  custom = configs.hook('partitioner')
+  partitioner = custom() if custom is not None else None
+  if partitioner is None:
+    partitioner = partitioning.create_partitioner(task, reshard_inputs=True)
+  return partitioner
 
 
 def _share_provider_input(provider: Any, datasets: list[Any]) -> None:
@@ -224,7 +256,7 @@ def setup_run(configs: ExperimentConfigs, options: executors.RunOptions,
   del options, discard_opt_states
   task = instantiate(configs.task)
   provider = _input_specs_provider(configs)
-  partitioner = partitioning.create_partitioner(task, reshard_inputs=True)
+  partitioner = make_partitioner(configs, task)
   partitioner.setup(
       task, jax.random.PRNGKey(task.train.random_seed),
       trainer_lib.get_train_input_specs_for_model_init(task, provider))
@@ -312,6 +344,11 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
                                 train_p.save_max_to_keep,
                                 options.restore_checkpoint_dir)
   _config_checks.check_external_checkpoint(train_p)
+  if options.eval_on_test and configs.hook('eval_programs') is None:
+    _config_checks.check_input_names(configs.eval_datasets, 'eval_datasets')
+  if options.decode_during_train:
+    _config_checks.check_input_names(configs.decode_datasets,
+                                     'decode_datasets')
   # Checked first too; before the checkpointer copies Orbax's handlers.
   checkpoints.reregister_type_handlers(
       getattr(train_p, 'tensorstore_metadata_key', None))
@@ -324,7 +361,7 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
     if jax.process_index() == 0:
       write_hparams_file(configs, job_log_dir)
     task = instantiate(configs.task)
-    partitioner = partitioning.create_partitioner(task, reshard_inputs=True)
+    partitioner = make_partitioner(configs, task)
     if options.enable_checkpoint_saving:
       checkpointer = checkpoints.Checkpointer(
           job_log_dir,
@@ -333,21 +370,28 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
           restore_dir=options.restore_checkpoint_dir,
           verify_before_gc=True)
       checkpoints.install_sigterm_handler()
-    eval_programs = [programs.SingleTaskEvalProgram(p) for p in (
-        configs.eval_datasets if options.eval_on_test else [])]
+    train_program, eval_programs = _train_and_eval_programs(configs,
+                                                            options)
+    # As in Pax, training decodes its decode datasets with the default
+    # program (`decode_programs()` serves decode jobs).
     decode_programs = [decode_programs_lib.SingleTaskDecodeProgram(p) for p in (
         configs.decode_datasets if options.decode_during_train else [])]
-    train_program = programs.SingleTaskTrainProgram()
     if first_result_callback is not None:
       train_program.register_first_result_callback_fn(first_result_callback)
-    executor = executors.DefaultExecutor()
-    executor.setup(
-        task, job_log_dir, checkpointer, partitioner,
-        _input_specs_provider(configs), configs.train_datasets[0],
-        train_program, eval_programs, decode_programs,
-        early_stopping_fn=early_stopping_fn,
-        enable_summary_writer=options.enable_summary_writer,
-        restore_checkpoint_step=options.restore_checkpoint_step)
+    custom_executor = configs.hook('executor')
+    executor = custom_executor() if custom_executor is not None else None
+    setup_args = (task, job_log_dir, checkpointer, partitioner,
+                  _input_specs_provider(configs), configs.train_datasets[0],
+                  train_program, eval_programs, decode_programs)
+    if executor is None:
+      executor = executors.DefaultExecutor()
+      executor.setup(
+          *setup_args, early_stopping_fn=early_stopping_fn,
+          enable_summary_writer=options.enable_summary_writer,
+          restore_checkpoint_step=options.restore_checkpoint_step)
+    else:  # Pax's BaseExecutor.setup.
+      executor.setup(*setup_args, early_stopping_fn,
+                     enable_summary_writer=options.enable_summary_writer)
     if jax.process_index() == 0:
       write_post_init_model_hparams_file(
           partitioner.get_train_state_metadata(), job_log_dir)
@@ -367,16 +411,38 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
     lock.release()
 
 
+def _train_and_eval_programs(
+    configs: ExperimentConfigs,
+    options: executors.RunOptions) -> tuple[Any, list[Any]]:
+  """The train program and the eval programs of a training run: the
+  experiment's `train_programs()[0]` and `eval_programs()` where it
+  overrides them, as in Pax, else the defaults on the (edited) configs."""
+  custom = configs.hook('train_programs')
+  train_program = (custom()[0] if custom is not None
+                   else programs.SingleTaskTrainProgram())
+  if not options.eval_on_test:
+    return train_program, []
+  custom = configs.hook('eval_programs')
+  if custom is not None:
+    return train_program, list(custom())
+  return train_program, [programs.SingleTaskEvalProgram(p)
+                         for p in configs.eval_datasets]
+
+
 def _closing_line(executor: executors.DefaultExecutor,
                   job_log_dir: pathlib.Path,
                   options: executors.RunOptions) -> str:
   """One line: steps done, final eval metrics, where the outputs are."""
-  start, end = executor.start_step, executor.step
   signal_name = _preemption.requesting_signal()
-  head = (f'Training stopped by {signal_name} at step {end}' if signal_name
-          else f'Training finished at step {end}')
-  parts = [f'{head} ({end - start} steps run this time, from step {start})']
-  if executor.final_eval_metrics:
+  head = (f'Training stopped by {signal_name}' if signal_name
+          else 'Training finished')
+  if isinstance(executor, executors.DefaultExecutor):
+    start, end = executor.start_step, executor.step
+    parts = [f'{head} at step {end} ({end - start} steps run this time, '
+             f'from step {start})']
+  else:  # An experiment's own executor.
+    parts = [head]
+  if getattr(executor, 'final_eval_metrics', None):
     parts.append('final eval: ' + ', '.join(
         f'{k}={v:.6g}' for k, v in sorted(executor.final_eval_metrics.items())))
   if options.enable_checkpoint_saving:
