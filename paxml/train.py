@@ -298,7 +298,8 @@ def train_and_evaluate(
     checkpoint_todelete_subdir: Ignored.
     early_stopping_fn: Called after each step with Pax's metrics
       (`train/<name>`, `eval_test_<input>/metrics/<name>`, ...); True stops
-      training.
+      training. `task.early_stopping_fn` serves when this is None (both set
+      is an error, as in Pax).
     run_decode: Run the decode programs during training.
     enable_auto_sharding: Ignored.
     enable_async_checkpointing: Ignored (saves are asynchronous).
@@ -344,6 +345,11 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
                                 train_p.save_max_to_keep,
                                 options.restore_checkpoint_dir)
   _config_checks.check_external_checkpoint(train_p)
+  if (getattr(configs.task, 'early_stopping_fn', None) is not None
+      and early_stopping_fn is not None):
+    raise base_hyperparams.ConfigError(
+        'task.early_stopping_fn is set and so is the early_stopping_fn '
+        "argument (a tuning trial's); expected one of them, as in Pax.")
   if options.eval_on_test and configs.hook('eval_programs') is None:
     _config_checks.check_input_names(configs.eval_datasets, 'eval_datasets')
   if options.decode_during_train:
@@ -361,6 +367,8 @@ def _run_training(configs: ExperimentConfigs, options: executors.RunOptions,
     if jax.process_index() == 0:
       write_hparams_file(configs, job_log_dir)
     task = instantiate(configs.task)
+    if getattr(task, 'early_stopping_fn', None) is not None:
+      early_stopping_fn = task.early_stopping_fn  # As in Pax.
     partitioner = make_partitioner(configs, task)
     if options.enable_checkpoint_saving:
       checkpointer = checkpoints.Checkpointer(

@@ -12,6 +12,7 @@ from paxml import eval_lib
 from paxml import tasks_lib
 from paxml import train
 from paxml.tasks.test import regression
+from praxis import base_hyperparams
 from praxis import base_input
 from praxis import pax_fiddle
 
@@ -98,6 +99,31 @@ class PaxSignaturesTest(absltest.TestCase):
                for m in logs.output]
     loss = float(next(m for m in summary if m).group(1))
     self.assertAlmostEqual(metrics['train/loss'], loss, places=4)
+
+  def test_the_tasks_early_stopping_fn_serves_when_none_is_given(self):
+    seen = []
+
+    def stop_at_2(metrics, running_mode, step, is_last, path):
+      seen.append(step)
+      return step == 2
+
+    class TaskStops(ShortRegression):
+
+      def task(self):
+        task_p = super().task()
+        task_p.early_stopping_fn = stop_at_2
+        return task_p
+
+    state = train.train_and_evaluate(TaskStops(),
+                                     pathlib.Path(tempfile.mkdtemp()),
+                                     enable_checkpoint_saving=False)
+    self.assertEqual((int(state.step), seen), (2, [1, 2]))
+    job_dir = pathlib.Path(tempfile.mkdtemp()) / 'job'
+    with self.assertRaisesRegex(base_hyperparams.ConfigError,
+                                'task.early_stopping_fn is set and so is'):
+      train.train_and_evaluate(TaskStops(), job_dir,
+                               early_stopping_fn=stop_at_2)
+    self.assertFalse(job_dir.exists())
 
   def test_class_vars_file_groups_by_class(self):
     job_dir = pathlib.Path(tempfile.mkdtemp())
