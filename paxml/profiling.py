@@ -161,6 +161,8 @@ class Profiler:
                         'another.')
         return
       self._timer.join()
+    missing = [d for d in (self._log_dir, *self._log_dir.parents)
+               if not d.exists()]  # Deepest first.
     self._log_dir.mkdir(parents=True, exist_ok=True)
     duration = self.capture_duration_sec
     try:
@@ -168,6 +170,11 @@ class Profiler:
                                create_perfetto_link=False)
     except RuntimeError as e:  # Another profiler's trace is running.
       logging.warning('Not profiling into %s: %s', self._log_dir, e)
+      for directory in missing:  # Leaves no empty directory behind.
+        try:
+          directory.rmdir()
+        except OSError:
+          break
       return
     logging.info('Profiling for %.2f s into %s.', duration, self._log_dir)
     self._capturing = True

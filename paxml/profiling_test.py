@@ -9,6 +9,7 @@ import tempfile
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
+import jax
 from paxml import executors
 from paxml import main
 from paxml import profiling
@@ -37,6 +38,18 @@ class ProfilerTest(absltest.TestCase):
       profiling.Profiler(num_steps=0)
     with self.assertRaisesRegex(ValueError, 'min_duration_sec must be >= 0'):
       profiling.Profiler(min_duration_sec=-1)
+
+  def test_a_refused_start_warns_and_leaves_no_directory(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    jax.profiler.start_trace(os.fspath(root / 'other'))
+    try:
+      prof = profiling.Profiler(log_dir=root / 'mine', tag='decode_test')
+      with self.assertLogs('absl', level='WARNING') as logs:
+        prof.capture_async()
+    finally:
+      jax.profiler.stop_trace()
+    self.assertIn('Not profiling into', logs.output[0])
+    self.assertFalse((root / 'mine').exists())
 
   def test_tag_names_a_subdirectory(self):
     prof = profiling.Profiler(log_dir='/tmp/p', tag='decode')
