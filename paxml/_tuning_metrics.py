@@ -2,8 +2,8 @@
 
 A training run calls `should_early_stop` after each step (and its
 evaluations and decodes, if any: `run_eval_programs`,
-`run_decode_programs`); it gathers what was measured into one flat dict whose keys are the
-names that `automl.Metric` matches (`train/<name>`,
+`run_decode_programs`); it gathers what was measured into one flat dict
+whose keys are the names that `automl.Metric` matches (`train/<name>`,
 `eval_test_<input>/metrics/<name>`, `decode_test_<input>/<name>`,
 `train_steps_per_sec`, ...) and hands it to the trial's early-stopping
 function, whose answer says whether the run stops.
@@ -41,33 +41,38 @@ class DecodeMetrics(NamedTuple):
   input_names: Sequence[str] | None = None
 
 
-def run_eval_programs(eval_programs: Sequence[Any], train_state: Any,
-                      step: int) -> EvalMetrics:
-  """Runs each eval program on `train_state` at `step`; their metrics, with
-  the evaluated batches per second."""
+def _run(programs: Sequence[Any], train_state: Any,
+         step: int) -> tuple[list[Any], float]:
+  """Each program's output on `train_state` at `step`, and the seconds."""
   start = time.time()
-  outs = [program.run(train_state, step) for program in eval_programs]
-  elapsed = max(time.time() - start, 1e-9)
+  outs = [program.run(train_state, step) for program in programs]
+  return outs, time.time() - start
+
+
+def run_eval_programs(eval_programs: Sequence[Any], train_state: Any,
+                      step: int) -> tuple[EvalMetrics, float]:
+  """Runs each eval program on `train_state` at `step`: their metrics, with
+  the evaluated batches per second, and the seconds taken."""
+  outs, elapsed = _run(eval_programs, train_state, step)
   return EvalMetrics(
       metrics_list=[o.eval_metrics for o in outs],
       scoring_metrics_list=[o.eval_scoring_metrics for o in outs],
-      steps_per_sec=sum(o.num_eval_steps for o in outs) / elapsed,
-      input_names=[p.eval_input.name for p in eval_programs])
+      steps_per_sec=sum(o.num_eval_steps for o in outs) / max(elapsed, 1e-9),
+      input_names=[p.eval_input.name for p in eval_programs]), elapsed
 
 
 def run_decode_programs(decode_programs: Sequence[Any], train_state: Any,
-                        step: int) -> DecodeMetrics:
-  """Runs each decode program on `train_state` at `step`; their metrics,
-  with the decoded batches per second."""
-  start = time.time()
-  outs = [program.run(train_state, step) for program in decode_programs]
-  elapsed = max(time.time() - start, 1e-9)
+                        step: int) -> tuple[DecodeMetrics, float]:
+  """Runs each decode program on `train_state` at `step`: their metrics,
+  with the decoded batches per second, and the seconds taken."""
+  outs, elapsed = _run(decode_programs, train_state, step)
   return DecodeMetrics(
       metrics_list=[o.decode_metrics for o in outs],
       processed_metrics_list=[o.processed_decode_metrics for o in outs],
       seqio_metrics_list=[o.seqio_metrics for o in outs],
-      steps_per_sec=sum(o.num_decode_steps for o in outs) / elapsed,
-      input_names=[p.decode_input.name for p in decode_programs])
+      steps_per_sec=sum(o.num_decode_steps for o in outs) / max(elapsed,
+                                                                  1e-9),
+      input_names=[p.decode_input.name for p in decode_programs]), elapsed
 
 
 def aggregates_train_metrics(is_last: bool, evaluates: bool,

@@ -39,9 +39,7 @@ def run_eval_programs(*, eval_programs: Sequence[programs.BaseEvalProgram],
   Returns:
     (their metrics, with evaluated batches per second; the seconds taken).
   """
-  start = time.time()
-  metrics = _tuning_metrics.run_eval_programs(eval_programs, train_state, step)
-  return metrics, time.time() - start
+  return _tuning_metrics.run_eval_programs(eval_programs, train_state, step)
 
 
 def run_decode_programs(
@@ -53,10 +51,8 @@ def run_decode_programs(
   Returns:
     (their metrics, with decoded batches per second; the seconds taken).
   """
-  start = time.time()
-  metrics = _tuning_metrics.run_decode_programs(decode_programs, train_state,
-                                                step)
-  return metrics, time.time() - start
+  return _tuning_metrics.run_decode_programs(decode_programs, train_state,
+                                             step)
 
 
 def _job_keys(task: Any, decode_job: bool) -> tuple[jax.Array, jax.Array]:
@@ -176,15 +172,6 @@ def _follow_checkpoints(configs: train.ExperimentConfigs,
                ckpt_dir, job_log_dir / 'summaries')
 
 
-def _eval_programs(configs):
-  """The experiment's `eval_programs()` if it overrides it (as Pax's eval
-  job), else one per eval dataset of the (edited) configs."""
-  custom = configs.hook('eval_programs')
-  if custom is not None:
-    return list(custom())
-  return [programs.SingleTaskEvalProgram(p) for p in configs.eval_datasets]
-
-
 def _decode_programs(configs, with_eval=False):
   """The experiment's `decode_programs()` if it overrides it (as Pax's
   decode job), else one per decode dataset; then the eval programs."""
@@ -194,7 +181,7 @@ def _decode_programs(configs, with_eval=False):
   else:
     progs = [decode_programs_lib.SingleTaskDecodeProgram(p)
              for p in configs.decode_datasets]
-  return progs + (_eval_programs(configs) if with_eval else [])
+  return progs + (train.eval_programs_of(configs) if with_eval else [])
 
 
 def _options(job_log_dir: Any, mode: str, **fields: Any
@@ -242,7 +229,8 @@ def evaluate(
       restore_checkpoint_step=restore_checkpoint_step,
       enable_summary_writer=enable_summary_writer)
   _follow_checkpoints(train.as_experiment_configs(experiment_config), options,
-                      False, _eval_programs, 'eval_', early_stopping_fn)
+                      False, train.eval_programs_of, 'eval_',
+                      early_stopping_fn)
 
 
 def decode(

@@ -142,6 +142,9 @@ class DefaultExecutor(base_executor.BaseExecutor):
     """
     del exit_after_ondemand_checkpoint
     self._task = jax_task
+    self._train_program = train_program
+    self._eval_programs = list(eval_programs)
+    self._decode_programs = list(decode_programs)
     self._checkpointer = checkpointer
     self._early_stopping_fn = early_stopping_fn
     self._job_log_dir = job_log_dir
@@ -158,14 +161,8 @@ class DefaultExecutor(base_executor.BaseExecutor):
       # The tuner reads the train metrics where Pax aggregates them.
       train_program.keep_outputs_at(
           lambda step: _tuning_metrics.aggregates_train_metrics(
-              step == train_program.num_train_steps,
-              bool(eval_programs) and self._due(
-                  jax_task.train.eval_interval_steps, step,
-                  last=train_program.num_train_steps),
-              bool(decode_programs) and self._due(
-                  jax_task.train.decode_interval_steps, step,
-                  jax_task.train.decode_start_after_n_steps,
-                  last=train_program.num_train_steps)))
+              step == train_program.num_train_steps, self._evals_due(step),
+              self._decodes_due(step)))
     # The first step compiles on another thread while the state is made.
     train_program.compile_ahead(
         jax_task, self._train_input, partitioner, abstract_state,
@@ -196,9 +193,6 @@ class DefaultExecutor(base_executor.BaseExecutor):
       program.setup(jax_task, partitioner, job_log_dir,
                     partitioner.preprocess_prng_key(decode_key),
                     enable_summary_writer=enable_summary_writer)
-    self._train_program = train_program
-    self._eval_programs = list(eval_programs)
-    self._decode_programs = list(decode_programs)
 
   def _maybe_restore(self, step: int | None, abstract_state: Any,
                      partitioner: Any) -> Any:
@@ -291,6 +285,12 @@ class DefaultExecutor(base_executor.BaseExecutor):
       return
     self._checkpointer.save(step, state, self._input_state, force=force)
 
+  def _total_num_params(self) -> int:
+    """The elements of the model's variables (Pax's `total_num_params`)."""
+    if self._num_params is None:
+      self._num_params = int(py_utils.total_num_vars(self._state.mdl_vars))
+    return self._num_params
+
   def _write_run_summaries(self, state: Any) -> None:
     """Pax's text summaries at step 0 of a training run: the variables'
     shapes (`Model`), their provenance, `Total Num Params` and `Global
@@ -299,8 +299,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
     summary_utils.write_model_structure(writer, state, False)
     if self._provenance is not None:
       summary_utils.write_model_provenance(writer, self._provenance)
-    summary_utils.write_total_num_params(
-        writer, int(py_utils.total_num_vars(state.mdl_vars)))
+    summary_utils.write_total_num_params(writer, self._total_num_params())
     summary_utils.write_global_batch_size(
         writer, self._train_program.train_unpadded_global_batch_size)
 
@@ -322,12 +321,21 @@ class DefaultExecutor(base_executor.BaseExecutor):
       if compile_ahead is not None:
         compile_ahead(state)
 
-  def _due(self, interval: int | None, step: int, start: int = 0,
-           last: int | None = None) -> bool:
-    if last is None:
-      last = self._train_program.num_train_steps
-    return bool(interval) and step >= start and (
-        step % interval == 0 or step == last)
+  def _due(self, interval: int | None, step: int, start: int = 0) -> bool:
+    last = step == self._train_program.num_train_steps
+    return bool(interval) and step >= start and (step % interval == 0 or last)
+
+  def _evals_due(self, step: int) -> bool:
+    """Whether the eval programs run once `step` is done."""
+    return bool(self._eval_programs) and self._due(
+        self._task.train.eval_interval_steps, step)
+
+  def _decodes_due(self, step: int) -> bool:
+    """Whether the decode programs run once `step` is done."""
+    train_p = self._task.train
+    return bool(self._decode_programs) and self._due(
+        train_p.decode_interval_steps, step,
+        train_p.decode_start_after_n_steps)
 
   def _should_stop_early(self, step: int, out: Any,
                          evals: _tuning_metrics.EvalMetrics | None,
@@ -337,8 +345,6 @@ class DefaultExecutor(base_executor.BaseExecutor):
     if self._early_stopping_fn is None:
       return False
     train_p = self._task.train
-    if self._num_params is None:
-      self._num_params = float(py_utils.total_num_vars(self._state.mdl_vars))
     is_last = _tuning_metrics.is_last_checkpoint(
         RunningMode.detect(has_train_metrics=True,
                            has_eval_metrics=bool(evals),
@@ -351,7 +357,7 @@ class DefaultExecutor(base_executor.BaseExecutor):
         self._early_stopping_fn, step, is_last,
         train_weighted_scalars=out.weighted_scalars,
         eval_train_metrics=out.eval_train_metrics, eval_metrics=evals,
-        decode_metrics=decodes, num_params=self._num_params,
+        decode_metrics=decodes, num_params=float(self._total_num_params()),
         train_steps_per_sec=out.steps_per_sec,
         checkpoint_path=pathlib.Path(self._job_log_dir) / 'checkpoints'))
 
@@ -389,17 +395,15 @@ class DefaultExecutor(base_executor.BaseExecutor):
       if gc_interval and step % gc_interval == 0:
         _collect_garbage()
       evals = decodes = None
-      if self._eval_programs and self._due(train_p.eval_interval_steps, step):
-        evals = _tuning_metrics.run_eval_programs(self._eval_programs, state,
-                                                  step)
+      if self._evals_due(step):
+        evals, _ = _tuning_metrics.run_eval_programs(self._eval_programs,
+                                                     state, step)
         self._note_eval_metrics(evals)
         if gc_interval:
           _collect_garbage()
-      if self._decode_programs and self._due(
-          train_p.decode_interval_steps, step,
-          train_p.decode_start_after_n_steps):
-        decodes = _tuning_metrics.run_decode_programs(self._decode_programs,
-                                                      state, step)
+      if self._decodes_due(step):
+        decodes, _ = _tuning_metrics.run_decode_programs(
+            self._decode_programs, state, step)
       if self._should_stop_early(step, out, evals, decodes):
         logging.info('Training loop is early stopped at step %d (of %d) by '
                      'the early_stopping_fn.', step,

@@ -428,13 +428,18 @@ def _train_and_eval_programs(
   custom = configs.hook('train_programs')
   train_program = (custom()[0] if custom is not None
                    else programs.SingleTaskTrainProgram())
-  if not options.eval_on_test:
-    return train_program, []
+  return train_program, (eval_programs_of(configs) if options.eval_on_test
+                         else [])
+
+
+def eval_programs_of(configs: ExperimentConfigs) -> list[Any]:
+  """The experiment's `eval_programs()` where it overrides it (as Pax's
+  training and eval jobs), else one per eval dataset of the (edited)
+  configs."""
   custom = configs.hook('eval_programs')
   if custom is not None:
-    return train_program, list(custom())
-  return train_program, [programs.SingleTaskEvalProgram(p)
-                         for p in configs.eval_datasets]
+    return list(custom())
+  return [programs.SingleTaskEvalProgram(p) for p in configs.eval_datasets]
 
 
 def _closing_line(executor: executors.DefaultExecutor,
