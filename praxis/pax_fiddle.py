@@ -59,8 +59,12 @@ from fiddle import signatures
 from fiddle.experimental import auto_config as fdl_auto_config
 from fiddle.experimental import auto_config_policy
 from flax.linen import module as flax_module
+from praxis import _fiddle_type_hints
 
 T = TypeVar('T')
+
+# fiddle 0.3.1 re-evaluates a class's type hints for every config of it.
+_fiddle_type_hints.install()
 
 # Field histories name the caller of Config.__setattr__, not this file.
 history.add_exclude_location('praxis/pax_fiddle.py')
