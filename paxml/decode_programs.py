@@ -179,9 +179,11 @@ class SingleTaskDecodeProgram(programs.Program):
   def run(self, state: Any, train_step: int) -> DecodeProgramOutput:
     """Decodes the whole input; writes metrics and outputs.
 
-    Batches are dispatched ahead of their results (`train.max_inflight_steps`
-    of them, at least one): the host turns batch i's outputs into records
-    while the devices decode the next ones. A batch with fewer rows than the
+    Batches are dispatched ahead of their results (`_program_utils.
+    eval_window` of them; 8 when `train.max_inflight_steps` sets no bound):
+    the host turns earlier batches' outputs into records while the devices
+    decode the next ones (on CPU devices, half the window at a time, so that
+    the host wakes every few batches). A batch with fewer rows than the
     first one, or rows the data devices cannot split evenly, is padded (see
     `_pad`) and its padded rows are dropped from the outputs.
     """
@@ -189,7 +191,10 @@ class SingleTaskDecodeProgram(programs.Program):
         self._task, state, self._task.train.decode_use_ema_states)
     metrics = _program_utils.new_metrics(self._task)
     outputs = _program_utils.KeyValueOutputs(self._output_pickle)
-    lag = max(int(self._task.train.max_inflight_steps), 1)
+    lag = _program_utils.eval_window(self._task.train)
+    if lag <= 0:
+      lag = _program_utils.EVAL_BATCHES_IN_FLIGHT
+    keep = max(1, lag // 2) if jax.default_backend() == 'cpu' else lag
     pending = collections.deque()
     num_steps = 0
     keys = self._batch_keys()
@@ -205,7 +210,8 @@ class SingleTaskDecodeProgram(programs.Program):
           eval_state, keys(i), inputs)))
       num_steps += 1
       if len(pending) > lag:
-        self._consume(*pending.popleft(), metrics, outputs)
+        while len(pending) > keep:
+          self._consume(*pending.popleft(), metrics, outputs)
     while pending:
       self._consume(*pending.popleft(), metrics, outputs)
     if profiler is not None:

@@ -100,7 +100,46 @@ def _setup(model_cls, input_cls, num_rows, batch_size, fold_keys=False,
   return task, partitioner, state, input_p, x
 
 
+class _LoggedDoubler(Doubler):
+  """A Doubler that logs which batches it turns into records."""
+
+  log = []
+
+  def process_decode_out(self, input_obj, decode_out):
+    _LoggedDoubler.log.append(('records', int(decode_out.idx[0]) // 8 + 1))
+    return super().process_decode_out(input_obj, decode_out)
+
+
+class _LoggedProgram(decode_programs.SingleTaskDecodeProgram):
+  """A decode program that logs the batches it dispatches."""
+
+  def decode_step(self, state, prng_key, inputs, static_args=None):
+    _LoggedDoubler.log.append(('dispatch', int(inputs.idx[0]) // 8 + 1))
+    return super().decode_step(state, prng_key, inputs, static_args)
+
+
 class DecodeProgramTest(absltest.TestCase):
+
+  def test_batches_turn_into_records_half_a_window_at_a_time(self):
+    # 12 batches; the default train.max_inflight_steps (2) gives decode a
+    # window of 8 batches, and on CPU the host then turns the oldest into
+    # records until 4 are left in flight, then decodes on.
+    task, partitioner, state, input_p, x = _setup(
+        _LoggedDoubler, base_input.InMemoryInput, 96, 8)
+    self.assertEqual(task.train.max_inflight_steps, 2)
+    program = _LoggedProgram(input_p)
+    program.setup(task, partitioner, pathlib.Path(tempfile.mkdtemp()),
+                  jax.random.PRNGKey(1), enable_summary_writer=False)
+    _LoggedDoubler.log = []
+    out = program.run(state, 1)
+    program.shutdown()
+    expected = ([('dispatch', i) for i in range(1, 10)]
+                + [('records', i) for i in range(1, 6)]
+                + [('dispatch', i) for i in range(10, 13)]
+                + [('records', i) for i in range(6, 13)])
+    self.assertEqual(_LoggedDoubler.log, expected)
+    got = dict(out.records)
+    np.testing.assert_allclose([got[i] for i in range(96)], 2 * x)
 
   def test_short_and_odd_batches_are_padded_and_trimmed(self):
     # 21 rows in batches of 8 (last one 5 rows), then of 6 (not divisible

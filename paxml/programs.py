@@ -761,14 +761,16 @@ class BaseEvalProgram(Program):
     """Evaluates `state` over the whole input (see `reset_for_eval`).
 
     The batches are dispatched without waiting for their results (at most
-    `train.max_inflight_steps` of them ahead of the devices); the metrics
+    `_program_utils.eval_window` of them ahead of the devices: 8, or
+    `train.max_inflight_steps` if larger or no bound); the metrics
     are summed on the devices (or, with the task's own metrics class, kept
     there) and fetched once, at the end.
     """
     eval_state = get_eval_train_state(self._task, state,
                                       self._task.train.eval_use_ema_states)
     static_args = self._static_args()
-    in_flight = _program_utils.InFlight(self._task.train.max_inflight_steps)
+    in_flight = _program_utils.InFlight(
+        _program_utils.eval_window(self._task.train))
     loss_key = self._task.learners[0].loss_name
     # The default metrics (weighted means) are summed on the devices; a
     # task's own metrics class gets every batch's values, fetched at once.

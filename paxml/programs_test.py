@@ -144,6 +144,23 @@ class EvalProgramTest(absltest.TestCase):
     np.testing.assert_allclose(out.eval_metrics['loss'], mse, rtol=1e-4)
     self.assertEqual(threads, ['MainThread'])
 
+  def test_eval_batches_stay_in_flight_with_pax_train_bound(self):
+    # train.max_inflight_steps = 2 (Pax's default) bounds train steps; the
+    # eval's 8 batches go out without the host waiting for any of them.
+    waits = []
+
+    class CountingInFlight(_program_utils.InFlight):
+
+      def make_room(self):
+        before = len(self._queue)
+        super().make_room()
+        waits.append(before - len(self._queue))
+
+    with mock.patch.object(_program_utils, 'InFlight', CountingInFlight):
+      out, _, mse, _ = self._eval(compile_ahead=False)
+    self.assertEqual(waits, [0] * 8)
+    np.testing.assert_allclose(out.eval_metrics['loss'], mse, rtol=1e-4)
+
   def test_compiled_ahead_on_another_thread_same_loss(self):
     out, _, mse, threads = self._eval(compile_ahead=True)
     self.assertEqual(out.num_eval_steps, 8)  # The peeked batch counted once.
@@ -238,6 +255,15 @@ class InFlightTest(absltest.TestCase):
     self.assertEqual(waited, [])
     in_flight.wait_all()
     self.assertEqual(waited, [0, 1, 2])
+
+
+class EvalWindowTest(absltest.TestCase):
+
+  def test_at_least_eight_batches_and_no_bound_stays_none(self):
+    window = lambda n: _program_utils.eval_window(
+        tasks_lib.SingleTask.Train(max_inflight_steps=n))
+    self.assertEqual([window(n) for n in (1, 2, 8, 12)], [8, 8, 8, 12])
+    self.assertEqual([window(n) for n in (0, -1)], [0, -1])
 
 
 class BatchKeysTest(absltest.TestCase):
