@@ -1,5 +1,6 @@
-"""How long a `pax_fiddle.Config` takes to make, with and without the type-hint
-cache that `praxis.pax_fiddle` installs in fiddle (`praxis/_fiddle_type_hints.py`).
+"""How long a `pax_fiddle.Config` takes to make, with and without the
+type-hint cache that `praxis.pax_fiddle` installs in fiddle
+(`praxis/_fiddle_type_hints.py`).
 
 Run: `python benchmarks/config_creation.py [--repeats=5]`.
 
@@ -44,7 +45,8 @@ def _seconds(make, calls):
 
 def main(argv):
   del argv
-  installed = signatures._type_hints_cache  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  installed = signatures._type_hints_cache
   caches = {'fiddle 0.3.1 cache': weakref.WeakKeyDictionary,
             'installed cache': lambda: installed}
   for name, (make, calls) in _CASES.items():
@@ -52,9 +54,9 @@ def main(argv):
     times = {label: [] for label in caches}
     for _ in range(_REPEATS.value):
       for label, cache in caches.items():
-        signatures._type_hints_cache = cache()  # pylint: disable=protected-access
+        signatures._type_hints_cache = cache()
         times[label].append(_seconds(make, calls))
-    signatures._type_hints_cache = installed  # pylint: disable=protected-access
+    signatures._type_hints_cache = installed
     before, after = (statistics.median(t) for t in times.values())
     print(f'{name}: {1e3 * before:.3f} ms with fiddle\'s cache, '
           f'{1e3 * after:.3f} ms with the installed one: '

@@ -73,5 +73,6 @@ def install() -> bool:
   cache = getattr(_signatures, '_type_hints_cache', None)
   if cache is None or not _cache_is_broken(cache):
     return False
-  _signatures._type_hints_cache = _TypeHintsCache()  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  _signatures._type_hints_cache = _TypeHintsCache()
   return True
